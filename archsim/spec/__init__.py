@@ -1,0 +1,1 @@
+"""Typed descriptions (chips, memories, links, families, models) and the library that finds them."""

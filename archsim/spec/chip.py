@@ -1,0 +1,256 @@
+"""Chip descriptions: the common header, one section per family, and their cross-field checks.
+
+A chip file (``chips/NAME.yaml``) has ``kind: chip``, a ``family`` and exactly the one family section
+that matches it (``tensorcore``, ``ipu``, ``cube`` or ``systolic``). Every quantity is a unit string;
+see :mod:`archsim.units`. The checks at the bottom of :class:`ChipSpec` tie the parts together: the
+published peak of each precision must agree with the one implied by the unit counts and the clock
+(within 10 %), and the precisions a chip can run are those its matrix unit supports.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from archsim.spec.common import (
+    Area,
+    Bandwidth,
+    Bytes,
+    Count,
+    Fraction,
+    Frequency,
+    Length,
+    Name,
+    Power,
+    Precision,
+    Spec,
+    Throughput,
+    Time,
+    parse_shape,
+)
+
+PEAK_TOLERANCE = 0.10
+
+
+class Family(enum.StrEnum):
+    """The four kinds of chip archsim models, each with its own cost model."""
+
+    TENSORCORE = "tensorcore"
+    IPU = "ipu"
+    CUBE = "cube"
+    SYSTOLIC = "systolic"
+
+
+class Dataflow(enum.StrEnum):
+    """Which operand stays in the processing elements of a systolic array."""
+
+    OUTPUT_STATIONARY = "os"
+    WEIGHT_STATIONARY = "ws"
+    INPUT_STATIONARY = "is"
+
+
+class Efficiency(Spec):
+    """Efficiency parameters of a family (all set in its family file; a chip may override any).
+
+    They are the only numbers fitted to measurements (``scripts/calibrate.py``, to
+    ``calibration.csv`` only); nothing here may depend on the benchmark being run.
+    """
+
+    compute: Fraction | None = None
+    """Fraction of the matrix unit's peak a large, well-shaped kernel reaches in its main loop."""
+    memory_bandwidth: Fraction | None = None
+    """Fraction of the main memory's peak bandwidth a streaming kernel reaches."""
+    vector: Fraction | None = None
+    """Fraction of the vector/CUDA-core peak an element-wise kernel reaches when not memory bound."""
+    op_overhead: Time | None = None
+    """Fixed cost of issuing one op: kernel launch (GPU), program step (IPU), task dispatch (Ascend)."""
+    step_overhead: Time | None = None
+    """Fixed cost per training or inference step outside the ops (framework, host, data feed)."""
+    exchange: Fraction | None = None
+    """IPU only: fraction of the on-chip exchange bandwidth an exchange phase reaches."""
+
+    def merged(self, override: Efficiency) -> Efficiency:
+        """A copy with every field that ``override`` sets replaced."""
+        return self.model_copy(update={k: v for k, v in override.model_dump().items() if v is not None})
+
+
+class MemoryLevel(Spec):
+    """One level of a chip's memory: which technology (a ``memory/`` name), how big, how fast."""
+
+    technology: Name
+    capacity: Bytes
+    bandwidth: Bandwidth
+    stacks: Count | None = None
+
+
+class ChipMemory(Spec):
+    """The chip's main memory (HBM, or the IPU's streaming memory) and an optional on-chip level."""
+
+    main: MemoryLevel
+    onchip: MemoryLevel | None = None
+
+
+class TensorCoreSection(Spec):
+    """A tensor-core GPU: SMs of tensor cores and CUDA cores sharing an L1/shared memory."""
+
+    sm_count: Count
+    tensor_cores_per_sm: Count
+    mma_shape: str
+    """Shape ``MxNxK`` of one tensor-core matrix operation per clock, as published."""
+    tensor_fma_per_clock: dict[Precision, Count]
+    """Dense fused multiply-adds per clock per tensor core, by operand precision."""
+    cuda_core_fma_per_clock: dict[Precision, Count]
+    """Fused multiply-adds per clock per SM on the CUDA cores, by precision."""
+    register_file_per_sm: Bytes
+    shared_memory_per_sm: Bytes
+    """Largest shared-memory carve-out of one SM."""
+    l2_cache: Bytes
+    max_threads_per_sm: Count
+    max_blocks_per_sm: Count
+
+    @model_validator(mode="after")
+    def _shape(self) -> TensorCoreSection:
+        parse_shape(self.mma_shape, 3)
+        return self
+
+
+class IpuSection(Spec):
+    """A Graphcore IPU: tiles, each a core with its own SRAM, joined by an all-to-all exchange."""
+
+    tiles: Count
+    threads_per_tile: Count
+    tile_sram: Bytes
+    amp_mac_per_clock: dict[Precision, Count]
+    """Multiply-accumulates per clock per tile on the AMP (matrix) unit, by precision."""
+    vector_flops_per_clock: dict[Precision, Count]
+    """Element-wise floating-point operations per clock per tile, by precision."""
+    exchange_bandwidth: Bandwidth
+    """Aggregate on-chip exchange bandwidth (all tiles together)."""
+    sync_latency: Time
+    """Time of one chip-wide bulk-synchronous barrier."""
+
+
+class CubeSection(Spec):
+    """A Huawei Da Vinci chip: AI cores, each a cube unit, a vector unit and L0/L1/unified buffers."""
+
+    ai_cores: Count
+    cube_shape: str
+    cube_mac_per_clock: dict[Precision, Count]
+    """Multiply-accumulates per clock per AI core on the cube unit, by precision."""
+    vector_ops_per_clock: dict[Precision, Count]
+    """Element-wise operations per clock per AI core on the vector unit, by precision."""
+    l0a: Bytes
+    l0b: Bytes
+    l0c: Bytes
+    l1: Bytes
+    unified_buffer: Bytes
+    l2_cache: Bytes
+
+    @model_validator(mode="after")
+    def _shape(self) -> CubeSection:
+        parse_shape(self.cube_shape, 3)
+        return self
+
+
+class SystolicSection(Spec):
+    """A TPU-style chip: cores of systolic arrays (MXUs) fed from ifmap/filter/ofmap SRAM."""
+
+    cores: Count
+    arrays_per_core: Count
+    array_rows: Count
+    array_cols: Count
+    dataflow: Dataflow
+    mac_per_pe_per_clock: dict[Precision, Count]
+    """Multiply-accumulates per clock per processing element, by precision."""
+    vector_ops_per_clock: dict[Precision, Count]
+    """Element-wise operations per clock per core on the vector unit, by precision."""
+    ifmap_sram: Bytes
+    filter_sram: Bytes
+    ofmap_sram: Bytes
+    """SRAM per array for each operand (double-buffered halves)."""
+
+
+class ChipSpec(Spec):
+    """A whole chip description (``kind: chip``)."""
+
+    schema_version: Literal[1]
+    kind: Literal["chip"]
+    name: Name
+    aliases: tuple[Name, ...] = ()
+    family: Family
+    description: str
+    clock: Frequency
+    default_precision: Precision
+    peak: dict[Precision, Throughput]
+    """Published peak dense throughput per precision (FLOPS; OPS for int8)."""
+    tdp: Power | None = None
+    transistors: Count | None = None
+    die_area: Area | None = None
+    process: Length | None = None
+    memory: ChipMemory
+    tensorcore: TensorCoreSection | None = None
+    ipu: IpuSection | None = None
+    cube: CubeSection | None = None
+    systolic: SystolicSection | None = None
+    efficiency: Efficiency = Field(default_factory=Efficiency)
+    sources: dict[str, str]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ChipSpec:
+        sections = {f: getattr(self, f.value) for f in Family}
+        present = [f.value for f, s in sections.items() if s is not None]
+        if present != [self.family.value]:
+            raise ValueError(
+                f"family {self.family.value!r} needs exactly the section {self.family.value!r}, "
+                f"found {present or 'none'}"
+            )
+        if self.default_precision not in self.peak:
+            raise ValueError(f"default_precision {self.default_precision.value} has no peak entry")
+        for precision, published in self.peak.items():
+            derived = self.derived_peak(precision)
+            if derived is None:
+                raise ValueError(f"peak.{precision.value}: no unit of this chip runs {precision.value}")
+            if abs(derived - published) > PEAK_TOLERANCE * published:
+                raise ValueError(
+                    f"peak.{precision.value}: published {published / 1e12:.1f} T/s disagrees with "
+                    f"{derived / 1e12:.1f} T/s from unit counts and clock (tolerance 10%)"
+                )
+        if self.ipu is not None and self.memory.onchip is not None:
+            total = self.ipu.tiles * self.ipu.tile_sram
+            if abs(total - self.memory.onchip.capacity) > 0.01 * total:
+                raise ValueError(f"ipu.tile_sram x tiles = {total} bytes disagrees with memory.onchip.capacity")
+        return self
+
+    def derived_peak(self, precision: Precision) -> float | None:
+        """Peak operations per second of the matrix unit at ``precision`` (2 per MAC), or None."""
+        macs = self.macs_per_clock(precision)
+        return None if macs is None else 2.0 * macs * self.clock
+
+    def macs_per_clock(self, precision: Precision) -> int | None:
+        """Whole-chip dense multiply-accumulates per clock at ``precision``, or None if unsupported."""
+        if self.tensorcore is not None:
+            tc = self.tensorcore
+            if precision in tc.tensor_fma_per_clock:
+                return tc.sm_count * tc.tensor_cores_per_sm * tc.tensor_fma_per_clock[precision]
+            if precision in tc.cuda_core_fma_per_clock:
+                return tc.sm_count * tc.cuda_core_fma_per_clock[precision]
+            return None
+        if self.ipu is not None:
+            per_tile = self.ipu.amp_mac_per_clock.get(precision)
+            return None if per_tile is None else per_tile * self.ipu.tiles
+        if self.cube is not None:
+            per_core = self.cube.cube_mac_per_clock.get(precision)
+            return None if per_core is None else per_core * self.cube.ai_cores
+        assert self.systolic is not None
+        s = self.systolic
+        per_pe = s.mac_per_pe_per_clock.get(precision)
+        if per_pe is None:
+            return None
+        return s.cores * s.arrays_per_core * s.array_rows * s.array_cols * per_pe
+
+    @property
+    def precisions(self) -> tuple[Precision, ...]:
+        """Precisions this chip can run a workload in (those with a published peak)."""
+        return tuple(p for p in Precision if p in self.peak)

@@ -1,0 +1,114 @@
+"""Shared pieces of every description: the frozen base class, quantity field types, enums.
+
+Quantity fields are declared with the ``Annotated`` types below; each parses its unit string once, at
+load time, to a number in SI base units (see :mod:`archsim.units`). Count fields are strict integers:
+``"80"`` or ``true`` where a count is expected is an error, as is ``0`` or a negative count.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Any, TypeVar
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictFloat, StrictInt
+
+from archsim.errors import UnitError
+from archsim.units import Dimension, parse, parse_bytes
+
+SCHEMA_VERSION = 1
+
+
+class Spec(BaseModel):
+    """Base of every description section: frozen, unknown keys rejected, no coercion of types."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _quantity(dimension: Dimension) -> Any:
+    def validate(value: object) -> float:
+        try:
+            return parse(value, dimension)
+        except UnitError as err:
+            raise ValueError(err.problem) from None
+
+    return BeforeValidator(validate)
+
+
+def _bytes(value: object) -> int:
+    try:
+        return parse_bytes(value)
+    except UnitError as err:
+        raise ValueError(err.problem) from None
+
+
+def _fraction(value: float) -> float:
+    if not 0.0 < value <= 1.0:
+        raise ValueError(f"must be a fraction in (0, 1], got {value!r}")
+    return value
+
+
+Bytes = Annotated[int, BeforeValidator(_bytes)]
+Bandwidth = Annotated[float, _quantity(Dimension.BANDWIDTH)]
+Frequency = Annotated[float, _quantity(Dimension.FREQUENCY)]
+Time = Annotated[float, _quantity(Dimension.TIME)]
+Throughput = Annotated[float, _quantity(Dimension.THROUGHPUT)]
+Power = Annotated[float, _quantity(Dimension.POWER)]
+Area = Annotated[float, _quantity(Dimension.AREA)]
+Length = Annotated[float, _quantity(Dimension.LENGTH)]
+Count = Annotated[StrictInt, Field(gt=0)]
+Fraction = Annotated[StrictFloat, AfterValidator(_fraction)]
+Name = Annotated[str, Field(min_length=1, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
+
+
+class Precision(enum.StrEnum):
+    """Numeric formats of the operands of a run; accumulation is in fp32 (int32 for int8)."""
+
+    FP32 = "fp32"
+    TF32 = "tf32"
+    FP16 = "fp16"
+    BF16 = "bf16"
+    INT8 = "int8"
+
+    @property
+    def bytes(self) -> int:
+        """Bytes of one stored element (tf32 is stored as fp32)."""
+        return _ELEMENT_BYTES[self]
+
+
+_ELEMENT_BYTES = {
+    Precision.FP32: 4,
+    Precision.TF32: 4,
+    Precision.FP16: 2,
+    Precision.BF16: 2,
+    Precision.INT8: 1,
+}
+
+
+def parse_shape(text: str, rank: int) -> tuple[int, ...]:
+    """``"16x16x16"`` -> ``(16, 16, 16)``; raises ValueError naming the expected form."""
+    parts = text.lower().split("x")
+    if len(parts) != rank or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        raise ValueError(f"expected {rank} positive integers joined by 'x', got {text!r}")
+    return tuple(int(p) for p in parts)
+
+
+SpecT = TypeVar("SpecT", bound=BaseModel)
+
+
+def replace_path(spec: SpecT, path: str, value: object) -> SpecT:
+    """A copy of ``spec`` with the field at dotted ``path`` set to an already-parsed ``value``.
+
+    ``replace_path(chip, "memory.main.bandwidth", 1.8e12)`` doubles a V100's HBM bandwidth. No
+    validation runs: the value must be in internal units (bytes, Hz, seconds). Dict entries are
+    addressed by key (``peak.fp16``).
+    """
+    head, _, rest = path.partition(".")
+    if isinstance(spec, dict):
+        current = spec[head]
+        new = value if not rest else replace_path(current, rest, value)
+        return {**spec, head: new}
+    if head not in type(spec).model_fields:
+        raise KeyError(f"{type(spec).__name__} has no field {head!r}")
+    current = getattr(spec, head)
+    new = value if not rest else replace_path(current, rest, value)
+    return spec.model_copy(update={head: new})

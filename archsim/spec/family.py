@@ -1,0 +1,40 @@
+"""Family descriptions (``chips/families/NAME.yaml``, ``kind: family``).
+
+A family file holds the efficiency parameters its cost model needs, with their meaning documented
+in :class:`archsim.spec.chip.Efficiency`. They are fitted by ``scripts/calibrate.py`` to
+``calibration.csv`` and shared by every chip of the family; a chip may override any of them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import model_validator
+
+from archsim.spec.chip import Efficiency, Family
+from archsim.spec.common import Spec
+
+REQUIRED = {
+    Family.TENSORCORE: ("compute", "memory_bandwidth", "vector", "op_overhead", "step_overhead"),
+    Family.IPU: ("compute", "memory_bandwidth", "vector", "op_overhead", "step_overhead", "exchange"),
+    Family.CUBE: ("compute", "memory_bandwidth", "vector", "op_overhead", "step_overhead"),
+    Family.SYSTOLIC: ("compute", "memory_bandwidth", "vector", "op_overhead", "step_overhead"),
+}
+
+
+class FamilySpec(Spec):
+    """Efficiency parameters shared by all chips of one family."""
+
+    schema_version: Literal[1]
+    kind: Literal["family"]
+    name: Family
+    description: str
+    efficiency: Efficiency
+    sources: dict[str, str]
+
+    @model_validator(mode="after")
+    def _complete(self) -> FamilySpec:
+        missing = [f for f in REQUIRED[self.name] if getattr(self.efficiency, f) is None]
+        if missing:
+            raise ValueError(f"efficiency: family {self.name.value} needs {', '.join(missing)}")
+        return self

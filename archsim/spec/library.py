@@ -1,0 +1,163 @@
+"""The library of descriptions: finding chips, memories, links, families and models by name.
+
+The search path is, in order: folders given explicitly (the CLI's ``--lib``, or ``Library(paths)``),
+folders in the ``ARCHSIM_PATH`` environment variable (separated by ``os.pathsep``), then the built-in
+library (``chips/``, ``memory/``, ``interconnect/``, ``workloads/``), which ships inside the wheel
+and is read from the source tree in a checkout. A name found earlier in the path shadows a later one,
+so a user folder can replace a built-in chip. Every YAML file under a folder is indexed by its
+``kind``, ``name`` and ``aliases``; a path to a file works wherever a name does.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from archsim.errors import LookupFailed, SpecError
+from archsim.spec.chip import ChipSpec, Family
+from archsim.spec.family import FamilySpec
+from archsim.spec.link import LinkSpec
+from archsim.spec.memory import MemorySpec
+from archsim.spec.model import ModelSpec
+from archsim.spec.yamlio import read_yaml, validate
+
+ENV_VAR = "ARCHSIM_PATH"
+BUILTIN_FOLDERS = ("chips", "memory", "interconnect", "workloads")
+SPEC_CLASSES: dict[str, type[Any]] = {
+    "chip": ChipSpec,
+    "family": FamilySpec,
+    "memory": MemorySpec,
+    "link": LinkSpec,
+    "model": ModelSpec,
+}
+
+
+def builtin_roots() -> list[Path]:
+    """Folders of the built-in library: packaged in the wheel, or in the source checkout."""
+    package = Path(__file__).resolve().parent.parent
+    packaged = package / "_library"
+    base = packaged if packaged.is_dir() else package.parent
+    return [base / folder for folder in BUILTIN_FOLDERS if (base / folder).is_dir()]
+
+
+class Entry:
+    """One indexed description file: its kind, name, aliases and one-line description."""
+
+    __slots__ = ("aliases", "data", "description", "kind", "name", "path")
+
+    def __init__(self, path: Path, data: dict[str, Any]) -> None:
+        source = str(path)
+        for key in ("kind", "name"):
+            if not isinstance(data.get(key), str):
+                raise SpecError(source, key, "missing or not a string")
+        aliases = data.get("aliases", [])
+        if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+            raise SpecError(source, "aliases", "must be a list of names")
+        self.kind: str = data["kind"]
+        self.name: str = data["name"]
+        self.aliases: tuple[str, ...] = tuple(aliases)
+        description = data.get("description", "")
+        self.description = (
+            description.strip().splitlines()[0] if isinstance(description, str) and description.strip() else ""
+        )
+        self.path = path
+        self.data = data
+
+
+class Library:
+    """An indexed search path of description folders."""
+
+    def __init__(self, paths: Sequence[str | os.PathLike[str]] = (), use_env: bool = True) -> None:
+        roots = [Path(p) for p in paths]
+        if use_env:
+            roots += [Path(p) for p in os.environ.get(ENV_VAR, "").split(os.pathsep) if p]
+        for root in roots:
+            if not root.is_dir():
+                raise LookupFailed(str(root), "search path", "not a folder")
+        self.roots: list[Path] = roots + builtin_roots()
+        self._specs: dict[tuple[str, str], Any] = {}
+
+    @cached_property
+    def _index(self) -> dict[tuple[str, str], Entry]:
+        index: dict[tuple[str, str], Entry] = {}
+        for root in self.roots:
+            for path in sorted(root.rglob("*.yaml")):
+                entry = Entry(path, read_yaml(path))
+                for name in (entry.name, *entry.aliases):
+                    index.setdefault((entry.kind, name), entry)
+        return index
+
+    def entries(self, kind: str) -> list[Entry]:
+        """Every description of ``kind`` on the search path, once each, sorted by name."""
+        seen = {id(e): e for (k, _), e in self._index.items() if k == kind}
+        return sorted(seen.values(), key=lambda e: e.name)
+
+    def find(self, kinds: Iterable[str], name: str) -> Entry:
+        """The entry for a name (or alias, or file path) of one of ``kinds``."""
+        kinds = tuple(kinds)
+        if name.endswith((".yaml", ".yml")) or os.sep in name:
+            path = Path(name)
+            entry = Entry(path, read_yaml(path))
+            if entry.kind not in kinds:
+                raise SpecError(name, "kind", f"is {entry.kind!r}, expected {' or '.join(kinds)}")
+            return entry
+        for kind in kinds:
+            if (kind, name) in self._index:
+                return self._index[(kind, name)]
+        known = sorted({n for (k, n) in self._index if k in kinds})
+        raise LookupFailed(name, "", f"unknown {' or '.join(kinds)}; known: {', '.join(known)}")
+
+    def spec(self, entry: Entry) -> Any:
+        """The validated spec of an entry (cached per file)."""
+        key = (entry.kind, str(entry.path))
+        if key not in self._specs:
+            if entry.kind not in SPEC_CLASSES:
+                raise SpecError(str(entry.path), "kind", f"unknown kind {entry.kind!r}")
+            self._specs[key] = validate(SPEC_CLASSES[entry.kind], entry.data, str(entry.path))
+        return self._specs[key]
+
+    def chip(self, name: str) -> ChipSpec:
+        """A chip by name, alias or path, with its memory technologies checked to exist."""
+        entry = self.find(["chip"], name)
+        chip: ChipSpec = self.spec(entry)
+        for level_name in ("main", "onchip"):
+            level = getattr(chip.memory, level_name)
+            if level is None:
+                continue
+            field = f"memory.{level_name}.technology"
+            try:
+                technology = self.memory(level.technology)
+            except LookupFailed as err:
+                raise SpecError(str(entry.path), field, err.problem) from None
+            ceiling = technology.max_bandwidth_per_stack
+            if level.stacks is not None and ceiling is not None and level.bandwidth > level.stacks * ceiling * 1.001:
+                raise SpecError(
+                    str(entry.path),
+                    f"memory.{level_name}.bandwidth",
+                    f"{level.bandwidth / 1e9:.0f} GB/s exceeds {level.stacks} stacks of "
+                    f"{technology.name} ({ceiling / 1e9:.0f} GB/s each)",
+                )
+        return chip
+
+    def family(self, family: Family) -> FamilySpec:
+        """The efficiency parameters of a family."""
+        spec: FamilySpec = self.spec(self.find(["family"], family.value))
+        return spec
+
+    def memory(self, name: str) -> MemorySpec:
+        """A memory technology by name."""
+        spec: MemorySpec = self.spec(self.find(["memory"], name))
+        return spec
+
+    def link(self, name: str) -> LinkSpec:
+        """A link type by name."""
+        spec: LinkSpec = self.spec(self.find(["link"], name))
+        return spec
+
+    def model(self, name: str) -> ModelSpec:
+        """A built-in workload model by name."""
+        spec: ModelSpec = self.spec(self.find(["model"], name))
+        return spec

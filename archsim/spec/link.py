@@ -1,0 +1,28 @@
+"""Link descriptions (``interconnect/NAME.yaml``, ``kind: link``).
+
+A link type gives the bandwidth of one link in one direction and its latency; a chip or a system
+says how many links of the type join what. Systems (``kind: system``), which name a chip, a topology
+and the link type of each level, have their own schema in :mod:`archsim.spec.system`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from archsim.spec.common import Bandwidth, Name, Spec, Time
+
+
+class LinkSpec(Spec):
+    """One link type: per-direction bandwidth of a single link and its one-way latency."""
+
+    schema_version: Literal[1]
+    kind: Literal["link"]
+    name: Name
+    aliases: tuple[Name, ...] = ()
+    description: str
+    bandwidth: Bandwidth
+    """Bandwidth of one link, one direction."""
+    latency: Time
+    """One-way latency of a message across one link (including the endpoints' overheads)."""
+    full_duplex: bool = True
+    sources: dict[str, str]

@@ -1,0 +1,129 @@
+"""Safe YAML reading and validation of descriptions into typed specs.
+
+* Only the safe loader is used: tags that construct Python objects are refused.
+* A mapping with the same key twice is an error (PyYAML would keep the last one silently).
+* Files over :data:`MAX_FILE_BYTES` are refused before parsing.
+* Any problem becomes a :class:`~archsim.errors.SpecError` naming the file and the YAML path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from archsim.errors import SpecError
+
+MAX_FILE_BYTES = 64 * 2**20
+"""Largest description or trace file archsim reads (64 MiB)."""
+
+_BaseLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _UniqueKeyLoader(_BaseLoader):  # type: ignore[misc]
+    """Safe loader that rejects duplicate keys in a mapping."""
+
+
+def _construct_mapping(loader: Any, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    loader.flatten_mapping(node)
+    mapping: dict[Any, Any] = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            hash(key)
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                None, None, "a mapping key must be a plain value", key_node.start_mark
+            ) from None
+        if key in mapping:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        mapping[key] = loader.construct_object(value_node, deep=deep)
+    return mapping
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def parse_yaml_text(text: str, source: str) -> Any:
+    """Parse YAML text safely; errors name ``source`` and the line."""
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f"line {mark.line + 1}" if mark is not None else ""
+        problem = err.problem or err.context or "malformed YAML"
+        raise SpecError(source, where, f"not valid YAML: {problem}") from None
+    except yaml.YAMLError as err:
+        raise SpecError(source, "", f"not valid YAML: {err}") from None
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """Read a YAML file that must hold one mapping; every failure is a one-line SpecError."""
+    source = str(path)
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise SpecError(source, "", "no such file") from None
+    except OSError as err:
+        raise SpecError(source, "", f"cannot read: {err.strerror}") from None
+    if path.is_dir():
+        raise SpecError(source, "", "is a directory, expected a YAML file")
+    if size > MAX_FILE_BYTES:
+        raise SpecError(source, "", f"file is {size} bytes, larger than the {MAX_FILE_BYTES} allowed")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(source, "", "not a text file (invalid UTF-8)") from None
+    except OSError as err:
+        raise SpecError(source, "", f"cannot read: {err.strerror}") from None
+    data = parse_yaml_text(text, source)
+    if data is None:
+        raise SpecError(source, "", "file is empty")
+    if not isinstance(data, dict):
+        raise SpecError(source, "", f"expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif not text:
+            text = str(part)
+        else:
+            text += f".{part}"
+    return text
+
+
+def _problem(error: Any) -> str:
+    kind = error["type"]
+    if kind == "missing":
+        return "missing required field"
+    if kind == "extra_forbidden":
+        return "unknown field"
+    message = str(error["msg"])
+    if message.startswith("Value error, "):
+        return message[len("Value error, ") :]
+    shown = repr(error.get("input"))
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    return f"{message[0].lower()}{message[1:]}, got {shown}"
+
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def validate(cls: type[Model], data: Any, source: str) -> Model:
+    """Validate ``data`` as ``cls``; the first problem becomes a SpecError naming source and field."""
+    if isinstance(data, dict):
+        version = data.get("schema_version")
+        if version is not None and version != 1:
+            raise SpecError(source, "schema_version", f"unsupported version {version!r}, this archsim reads 1")
+    try:
+        return cls.model_validate(data)
+    except ValidationError as err:
+        first = err.errors(include_url=False)[0]
+        raise SpecError(source, _field_path(tuple(first["loc"])), _problem(first)) from None
