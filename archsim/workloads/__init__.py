@@ -1,0 +1,139 @@
+"""Workloads: build the op-by-op :class:`~archsim.workloads.trace.Trace` of a training or inference step.
+
+Public interface:
+
+* :func:`build_trace` -- a trace from a model name or alias, a path to a model or trace YAML file,
+  or an inline ``gemm:MxNxK`` / ``gemm:BxMxNxK``;
+* :func:`write_trace` / :func:`read_trace` -- trace files (``kind: trace``), exact round trip.
+
+Network graphs live in :mod:`~archsim.workloads.resnet` and :mod:`~archsim.workloads.bert`, the
+generic training derivation in :mod:`~archsim.workloads.training`, memory estimates in
+:mod:`~archsim.workloads.memory`. Every problem with the input raises an
+:class:`~archsim.errors.ArchsimError` (``UsageError``, ``SpecError`` or ``LookupFailed``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+from archsim.errors import SpecError, UsageError
+from archsim.spec.common import Precision
+from archsim.spec.library import Entry, Library
+from archsim.spec.model import Architecture, ModelSpec, Optimizer
+from archsim.workloads.bert import bert_graph
+from archsim.workloads.gemm import gemm_graph, is_gemm
+from archsim.workloads.graph import ForwardGraph
+from archsim.workloads.memory import inference_memory, training_memory
+from archsim.workloads.resnet import resnet_graph
+from archsim.workloads.trace import Mode, Trace
+from archsim.workloads.traceio import read_description, read_trace, trace_from_data, write_trace
+from archsim.workloads.training import training_ops
+
+__all__ = ["build_trace", "read_trace", "write_trace"]
+
+
+def _positive(value: int | None, field: str, source: str) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise UsageError(source, field, f"must be a positive integer, got {value!r}")
+
+
+def _finish(graph: ForwardGraph, mode: Mode, batch: int, seq_len: int | None, optimizer: Optimizer | None) -> Trace:
+    """Turn a forward graph into the trace of ``mode``, with its memory estimate."""
+    meta = dict(graph.meta)
+    if mode is Mode.TRAIN:
+        ops, saved = training_ops(graph, optimizer)
+        memory = training_memory(graph, ops, saved, optimizer)
+        if optimizer is not None:
+            meta["optimizer"] = optimizer.value
+    else:
+        ops, memory = graph.ops, inference_memory(graph)
+    return Trace(graph.name, mode, batch, graph.precision, ops, graph.parameters, memory, seq_len, meta)
+
+
+def _model_trace(
+    spec: ModelSpec, source: str, mode: Mode, batch: int | None, precision: Precision, seq_len: int | None
+) -> Trace:
+    """The trace of a built-in (or user) model description."""
+    if batch is None:
+        batch = spec.default_batch.train if mode is Mode.TRAIN else spec.default_batch.infer
+    meta = {"model": spec.name, "architecture": spec.architecture.value}
+    if spec.architecture is Architecture.BERT and spec.bert is not None:
+        limit = spec.bert.max_position
+        if seq_len is None:
+            seq_len = spec.bert.default_seq_len
+        elif seq_len > limit:
+            raise UsageError(source, "--seq-len", f"{seq_len} exceeds {spec.name}'s max_position of {limit}")
+        graph = bert_graph(spec, mode, batch, seq_len, precision)
+    else:
+        if seq_len is not None:
+            raise UsageError(source, "--seq-len", f"{spec.name} is not a sequence model; leave the sequence length out")
+        graph = resnet_graph(spec, mode, batch, precision)
+    graph = replace(graph, meta=meta)
+    return _finish(graph, mode, batch, seq_len, spec.optimizer)
+
+
+def _file_trace(
+    trace: Trace, source: str, mode: Mode, batch: int | None, precision: Precision, seq_len: int | None
+) -> Trace:
+    """A trace read from a file, checked against what was asked (None accepts the file's value)."""
+    asked = (("--mode", mode, trace.mode), ("--precision", precision, trace.precision))
+    for field, want, have in (*asked, ("--batch", batch, trace.batch), ("--seq-len", seq_len, trace.seq_len)):
+        if want is not None and want != have:
+            shown = have.value if isinstance(have, Mode | Precision) else have
+            wanted = want.value if isinstance(want, Mode | Precision) else want
+            raise UsageError(
+                source, field, f"the trace file was built for {shown}, not {wanted}; a trace cannot be rebuilt"
+            )
+    return trace
+
+
+def build_trace(
+    workload: str,
+    library: Library,
+    mode: Mode,
+    batch: int | None,
+    precision: Precision,
+    seq_len: int | None,
+) -> Trace:
+    """The trace of one step of ``workload`` on one chip.
+
+    ``workload`` is a model name or alias on the library's search path, a path to a model or trace
+    YAML file, or an inline ``gemm:MxNxK`` / ``gemm:BxMxNxK``. ``batch`` is per chip; None means
+    the model's ``default_batch`` for ``mode`` (an inline GEMM's batch is 1 and any other value is
+    an error: a batched GEMM puts it in the shape). ``seq_len`` is for sequence models only; None
+    means the model's ``default_seq_len``, and more than ``max_position`` is an error. A trace file
+    is returned as stored: its mode and precision must equal those asked, and its batch and
+    sequence length must equal ``batch`` and ``seq_len`` unless those are None.
+    Raises UsageError, SpecError or LookupFailed (all :class:`~archsim.errors.ArchsimError`).
+    """
+    for field, enum in (("--mode", Mode), ("--precision", Precision)):
+        value = mode if enum is Mode else precision
+        if value not in set(enum):
+            choices = ", ".join(e.value for e in enum)
+            raise UsageError(workload, field, f"must be one of {choices}, got {value!r}")
+    mode, precision = Mode(mode), Precision(precision)
+    _positive(batch, "--batch", workload)
+    _positive(seq_len, "--seq-len", workload)
+    if is_gemm(workload):
+        if batch not in (None, 1):
+            raise UsageError(
+                workload, "--batch", "an inline gemm has no batch of samples; write gemm:BxMxNxK for a batched product"
+            )
+        if seq_len is not None:
+            raise UsageError(workload, "--seq-len", "an inline gemm has no sequence length")
+        return _finish(gemm_graph(workload, precision), mode, 1, None, None)
+    if workload.endswith((".yaml", ".yml")) or os.sep in workload:
+        # read here rather than in Library.find, so that a large trace file is parsed fast, once
+        entry = Entry(Path(workload), read_description(Path(workload)))
+        if entry.kind not in ("model", "trace"):
+            raise SpecError(workload, "kind", f"is {entry.kind!r}, expected model or trace")
+    else:
+        entry = library.find(["model", "trace"], workload)
+    if entry.kind == "trace":
+        return _file_trace(
+            trace_from_data(entry.data, str(entry.path)), str(entry.path), mode, batch, precision, seq_len
+        )
+    spec: ModelSpec = library.spec(entry)
+    return _model_trace(spec, workload, mode, batch, precision, seq_len)

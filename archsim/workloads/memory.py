@@ -1,0 +1,88 @@
+"""Device memory a step needs (``Trace.memory_bytes``), from its ops; all counts in bytes.
+
+* Persistent in both modes: weights (``parameters * precision.bytes``) and buffers (the distinct
+  :attr:`Role.STATE` tensors the forward ops read, e.g. batchnorm running statistics).
+* Inference adds the peak of live activations: a tensor is live from the op that writes it (or first
+  reads it, for a network input) through the last op that reads it, ops running one at a time in
+  trace order. This bounds the activation memory of a sequential schedule from above.
+* Training adds parameter gradients (run precision), fp32 master weights (when the run precision is
+  narrower than fp32 and there is an optimizer), the optimizer state, the saved activations (every
+  forward tensor a backward op reads, counted once at its full size; an in-place ReLU's input is
+  therefore no extra copy, since only its output is saved) and a transient term: the largest set
+  of unsaved activations and activation gradients that any single op reads and writes.
+
+Not counted: framework workspace, allocator fragmentation, communication buffers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from archsim.spec.model import Optimizer
+from archsim.workloads.graph import ForwardGraph
+from archsim.workloads.trace import Op, Role
+from archsim.workloads.training import MASTER_BYTES, OPTIMIZER_COST
+
+
+def persistent_bytes(graph: ForwardGraph) -> int:
+    """Weights in the run precision plus forward state buffers."""
+    buffers: dict[str, int] = {}
+    for op in graph.ops:
+        for t in op.reads:
+            if t.role is Role.STATE:
+                buffers[t.name] = t.bytes
+    return graph.parameters * graph.precision.bytes + sum(buffers.values())
+
+
+def peak_live_bytes(ops: Sequence[Op]) -> int:
+    """Largest total of activation bytes live at once when ``ops`` run one at a time in order."""
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    size: dict[str, int] = {}
+    for index, op in enumerate(ops):
+        for t in (*op.reads, *op.writes):
+            if t.role is not Role.ACTIVATION:
+                continue
+            first.setdefault(t.name, index)
+            last[t.name] = index
+            size[t.name] = max(size.get(t.name, 0), t.bytes)
+    delta = [0] * (len(ops) + 1)
+    for name, start in first.items():
+        delta[start] += size[name]
+        delta[last[name] + 1] -= size[name]
+    peak = live = 0
+    for change in delta:
+        live += change
+        peak = max(peak, live)
+    return peak
+
+
+def inference_memory(graph: ForwardGraph) -> int:
+    """Weights, buffers and the peak of live activations of the forward ops."""
+    return persistent_bytes(graph) + peak_live_bytes(graph.ops)
+
+
+def _transient_bytes(ops: Iterable[Op], saved: frozenset[str]) -> int:
+    """Largest total of unsaved activation bytes (activations and their gradients) one op touches."""
+    peak = 0
+    for op in ops:
+        touched = {
+            t.name: t.bytes for t in (*op.reads, *op.writes) if t.role is Role.ACTIVATION and t.name not in saved
+        }
+        peak = max(peak, sum(touched.values()))
+    return peak
+
+
+def training_memory(graph: ForwardGraph, ops: Sequence[Op], saved: frozenset[str], optimizer: Optimizer | None) -> int:
+    """Weights, buffers, gradients, master weights, optimizer state, saved and transient activations."""
+    count, elem = graph.parameters, graph.precision.bytes
+    total = persistent_bytes(graph) + count * elem
+    if optimizer is not None:
+        state, _ = OPTIMIZER_COST[optimizer]
+        total += count * state + (count * MASTER_BYTES if elem < MASTER_BYTES else 0)
+    sizes: dict[str, int] = {}
+    for op in ops:
+        for t in (*op.reads, *op.writes):
+            if t.name in saved:
+                sizes[t.name] = max(sizes.get(t.name, 0), t.bytes)
+    return total + sum(sizes.values()) + _transient_bytes(ops, saved)

@@ -1,0 +1,179 @@
+"""The layer trace: an ordered list of ops with shapes, FLOPs, bytes per tensor and dependencies.
+
+A trace is built for one mode (training or inference), one per-chip batch, one precision and, for
+sequence models, one sequence length; byte counts already include the element size. Ops are in a
+topological order: every dependency of op ``i`` has an index smaller than ``i``.
+
+Conventions:
+
+* ``flops`` counts a multiply-accumulate as 2 operations.
+* A matrix product is described by its :class:`Gemm` view ``C[b, m, n] += A[b, m, k] @ B[b, k, n]``;
+  a convolution also keeps its :class:`ConvShape` and has the implicit-GEMM view of its pass
+  (forward: ``m = N*P*Q, n = K, k = C*R*S``).
+* ``reads`` and ``writes`` list every tensor an op touches once, with its bytes and role; cost models
+  decide how much of that traffic reaches each memory level. For an op with a ``gemm`` view the first
+  read is the ``A`` operand (the ``m x k`` side), the second the ``B`` operand (the ``k x n`` side);
+  any further reads (a bias, saved statistics) follow.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from archsim.spec.common import Precision
+
+
+class OpKind(enum.StrEnum):
+    """What an op computes; cost models dispatch on it."""
+
+    CONV = "conv2d"
+    MATMUL = "matmul"
+    BATCHNORM = "batchnorm"
+    LAYERNORM = "layernorm"
+    SOFTMAX = "softmax"
+    ELEMENTWISE = "elementwise"
+    POOL = "pool"
+    EMBEDDING = "embedding"
+    LOSS = "loss"
+    OPTIMIZER = "optimizer"
+
+    @property
+    def is_matrix(self) -> bool:
+        """True for ops that run on the matrix unit (tensor cores, AMP, cube, systolic array)."""
+        return self in (OpKind.CONV, OpKind.MATMUL)
+
+
+class Phase(enum.StrEnum):
+    """Which pass of a training step an op belongs to."""
+
+    FORWARD = "fwd"
+    BACKWARD_DATA = "bwd_data"
+    BACKWARD_WEIGHT = "bwd_weight"
+    UPDATE = "update"
+
+
+class Mode(enum.StrEnum):
+    """Training replays forward, backward and update; inference replays forward only."""
+
+    TRAIN = "train"
+    INFER = "infer"
+
+
+class Role(enum.StrEnum):
+    """What a tensor holds; decides where it lives and whether it counts as a weight."""
+
+    ACTIVATION = "activation"
+    WEIGHT = "weight"
+    GRADIENT = "gradient"
+    STATE = "state"
+
+
+@dataclass(frozen=True, slots=True)
+class TensorAccess:
+    """One tensor an op reads or writes, with its size in bytes."""
+
+    name: str
+    bytes: int
+    role: Role = Role.ACTIVATION
+
+
+@dataclass(frozen=True, slots=True)
+class Gemm:
+    """A (batched) matrix product ``C[b, m, n] += A[b, m, k] @ B[b, k, n]``."""
+
+    batch: int
+    m: int
+    n: int
+    k: int
+
+    @property
+    def macs(self) -> int:
+        """Multiply-accumulates of the product."""
+        return self.batch * self.m * self.n * self.k
+
+
+@dataclass(frozen=True, slots=True)
+class ConvShape:
+    """A 2-D convolution: batch ``n``, ``c`` -> ``k`` channels, ``h x w`` input, ``r x s`` filter."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    k: int
+    r: int
+    s: int
+    stride: int = 1
+    pad: int = 0
+
+    @property
+    def p(self) -> int:
+        """Output height."""
+        return (self.h + 2 * self.pad - self.r) // self.stride + 1
+
+    @property
+    def q(self) -> int:
+        """Output width."""
+        return (self.w + 2 * self.pad - self.s) // self.stride + 1
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One op of a trace."""
+
+    name: str
+    kind: OpKind
+    phase: Phase
+    flops: int
+    reads: tuple[TensorAccess, ...]
+    writes: tuple[TensorAccess, ...]
+    deps: tuple[int, ...] = ()
+    gemm: Gemm | None = None
+    conv: ConvShape | None = None
+
+    @property
+    def bytes_read(self) -> int:
+        """Bytes of every tensor read, once each."""
+        return sum(t.bytes for t in self.reads)
+
+    @property
+    def bytes_written(self) -> int:
+        """Bytes of every tensor written, once each."""
+        return sum(t.bytes for t in self.writes)
+
+    @property
+    def bytes(self) -> int:
+        """Bytes read plus bytes written (the op's minimum memory traffic)."""
+        return self.bytes_read + self.bytes_written
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A whole workload for one mode, batch, precision and sequence length."""
+
+    name: str
+    mode: Mode
+    batch: int
+    precision: Precision
+    ops: tuple[Op, ...]
+    parameters: int
+    """Number of trainable parameters (elements)."""
+    memory_bytes: int
+    """Device memory the step needs: weights, and in training gradients, optimizer state and saved
+    activations; in inference the largest set of live activations."""
+    seq_len: int | None = None
+    meta: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def flops(self) -> int:
+        """FLOPs of one step (the whole batch)."""
+        return sum(op.flops for op in self.ops)
+
+    def check(self) -> None:
+        """Assert the structural invariants (topological deps, non-negative counts)."""
+        for index, op in enumerate(self.ops):
+            if any(d < 0 or d >= index for d in op.deps):
+                raise ValueError(f"op {index} ({op.name}) depends on a later or invalid op: {op.deps}")
+            if op.flops < 0 or any(t.bytes < 0 for t in (*op.reads, *op.writes)):
+                raise ValueError(f"op {index} ({op.name}) has a negative count")

@@ -1,0 +1,243 @@
+"""Derive a training step from any forward graph: loss, backward ops, one fused optimizer update.
+
+The derivation is generic (it needs only the conventions of :mod:`archsim.workloads.graph`, so an
+imported graph works as well as a built-in one):
+
+1. The builder's loss op, if any, is appended after the forward ops.
+2. Forward ops are visited in reverse order. An op gets backward ops only when one of its outputs
+   has received a gradient (the loss is the root; a graph may also name outputs whose gradient
+   arrives from outside) and one of its inputs needs one. Network inputs
+   need none unless the graph names them in ``grad_inputs``; weights always do.
+
+   * ``conv2d``: ``bwd_data`` (dX) unless X needs no gradient, and ``bwd_weight`` (dW); both keep
+     the ConvShape. dW is the Gemm ``m = K, n = C*R*S, k = N*P*Q``. dX is ``m = N*H*W, n = C,
+     k = K*R*S`` for stride 1; for stride ``s > 1`` that view would multiply by ``s^2`` zeros
+     inserted into dY, so dX is the GEMM + col2im form ``m = N*P*Q, n = C*R*S, k = K`` whose MACs
+     equal the forward's.
+   * ``matmul`` ``C[b,m,n] = A[b,m,k] @ B[b,k,n]``: dA is ``(b, m=M, n=K, k=N)`` reading dC and B;
+     dB is ``(b, m=K, n=N, k=M)`` reading A and dC. dB is ``bwd_weight`` when B is a weight (bias
+     gradients ride along) and a second ``bwd_data`` op when B is an activation (attention).
+   * any other op: one ``.bwd`` op reading the output gradients and the tensors its
+     :class:`~archsim.workloads.graph.BackwardRule` saves, writing a gradient for every input that
+     needs one (norms: dX, dgamma, dbeta; embeddings: a ``bwd_weight`` scatter into the table rows).
+
+   A gradient written by several ops (a tensor with several consumers, a tied weight) is accumulated:
+   every writer after the first also reads it and depends on the previous writer; a non-matrix
+   writer adds one FLOP per element, a matrix op accumulates in its epilogue. Matrix backward ops
+   have ``flops = 2 * gemm.macs`` exactly: bias gradients (column sums of dC) are epilogue work too,
+   as the bias add is in the forward.
+3. One ``optimizer`` op (phase ``update``) over all parameters, depending on every op that writes a
+   parameter gradient. Per parameter it reads the gradient (run precision), the fp32 master weight
+   (the weight itself when the run is fp32) and the optimizer state, and writes the master weight,
+   the state and, in mixed precision, the low-precision weight copy. State and FLOPs per parameter
+   are :data:`OPTIMIZER_COST`.
+
+Roles: parameter gradients are :attr:`Role.GRADIENT`; activation gradients are transient
+:attr:`Role.ACTIVATION` tensors named ``NAME.grad``; master weights and moments are :attr:`Role.STATE`.
+Dependencies: a backward op depends on the ops that wrote the gradients it reads and on the forward
+ops whose saved outputs it reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from archsim.spec.model import Optimizer
+from archsim.workloads.graph import ForwardGraph
+from archsim.workloads.trace import Gemm, Op, OpKind, Phase, Role, TensorAccess
+
+MASTER_BYTES = 4
+"""Bytes of an fp32 master weight."""
+
+OPTIMIZER_COST: Mapping[Optimizer, tuple[int, int]] = {
+    Optimizer.SGD_MOMENTUM: (4, 6),  # momentum; weight decay 2, momentum 2, step 2 FLOPs
+    Optimizer.ADAM: (8, 12),  # m and v; moments 5, bias-corrected step with sqrt and divide 7
+    Optimizer.LAMB: (8, 16),  # as Adam, plus weight and update norms and the trust-ratio scale
+}
+"""Optimizer state bytes and FLOPs per parameter (fp32 state)."""
+
+GRAD = ".grad"
+"""Suffix of a gradient tensor's name."""
+
+
+class _Backward:
+    """State of one derivation: tensor sizes and producers, who wrote which gradient so far."""
+
+    def __init__(self, graph: ForwardGraph) -> None:
+        self.graph = graph
+        self.fwd: list[Op] = [*graph.ops, *([graph.loss] if graph.loss is not None else [])]
+        self.elem = graph.precision.bytes
+        self.producer: dict[str, int] = {}
+        self.size: dict[str, int] = {}
+        for index, op in enumerate(self.fwd):
+            for t in op.writes:
+                if t.name not in self.producer:
+                    self.producer[t.name] = index
+                    self.size[t.name] = t.bytes
+        self.needs: set[str] = set(graph.grad_inputs)
+        for op in self.fwd:
+            for t in op.reads:
+                if t.name not in self.producer:
+                    self.size[t.name] = max(self.size.get(t.name, 0), t.bytes)
+                if t.role is Role.WEIGHT:
+                    self.needs.add(t.name)
+            if any(t.name in self.needs for t in op.reads):
+                self.needs.update(t.name for t in op.writes if t.role is Role.ACTIVATION)
+        self.ops: list[Op] = list(self.fwd)
+        self.writers: dict[str, list[int]] = {}
+        self.saved: set[str] = set()
+        self.param_grad_ops: list[int] = []
+
+    def saved_read(self, t: TensorAccess, deps: set[int]) -> TensorAccess:
+        """A forward tensor read again by a backward op: recorded as saved (unless a weight)."""
+        if t.role is not Role.ACTIVATION:
+            return t
+        self.saved.add(t.name)
+        if t.name in self.producer:
+            deps.add(self.producer[t.name])
+        return TensorAccess(t.name, self.size[t.name])
+
+    def grad_of(self, t: TensorAccess) -> TensorAccess:
+        """The gradient written for input ``t``: full-size for activations, as read for weights."""
+        if t.role is Role.WEIGHT:
+            return TensorAccess(t.name + GRAD, t.bytes, Role.GRADIENT)
+        return TensorAccess(t.name + GRAD, self.size[t.name])
+
+    def emit(
+        self,
+        name: str,
+        kind: OpKind,
+        flops: int,
+        reads: list[TensorAccess],
+        grads: Iterable[TensorAccess],
+        deps: set[int],
+        gemm: Gemm | None = None,
+        fwd: Op | None = None,
+    ) -> None:
+        """Append a backward op writing ``grads``, accumulating into gradients already written."""
+        index = len(self.ops)
+        writes: list[TensorAccess] = []
+        written: set[str] = set()
+        accumulate = not kind.is_matrix  # a matrix op accumulates in its epilogue (beta = 1)
+        weight = data = False
+        for g in grads:
+            if g.name in written:
+                continue
+            written.add(g.name)
+            previous = self.writers.setdefault(g.name, [])
+            if previous:
+                reads.append(g)
+                deps.update(previous)
+                if accumulate:
+                    flops += g.bytes // self.elem
+            previous.append(index)
+            writes.append(g)
+            if g.role is Role.GRADIENT:
+                weight = True
+            else:
+                data = True
+        phase = Phase.BACKWARD_DATA if data else Phase.BACKWARD_WEIGHT
+        if weight:
+            self.param_grad_ops.append(index)
+        conv = fwd.conv if fwd is not None else None
+        self.ops.append(Op(name, kind, phase, flops, tuple(reads), tuple(writes), tuple(sorted(deps)), gemm, conv))
+
+    def matrix(self, op: Op, outs: list[TensorAccess], deps: set[int]) -> None:
+        """Gradients dA and dB of a conv or matmul (see the module docstring for the Gemm views)."""
+        if op.gemm is None or len(op.reads) < 2:
+            raise ValueError(f"matrix op {op.name} needs a gemm view and two operands")
+        a, b, extras = op.reads[0], op.reads[1], op.reads[2:]
+        g, conv = op.gemm, op.conv
+        bias = [self.grad_of(t) for t in extras if t.name in self.needs]
+        if a.name in self.needs:
+            if conv is None:
+                view = Gemm(g.batch, g.m, g.k, g.n)
+            elif conv.stride == 1:
+                view = Gemm(1, conv.n * conv.h * conv.w, conv.c, conv.k * conv.r * conv.s)
+            else:
+                view = Gemm(1, conv.n * conv.p * conv.q, conv.c * conv.r * conv.s, conv.k)
+            d = set(deps)
+            reads = [*outs, self.saved_read(b, d)]
+            suffix = "weight_lhs" if a.role is Role.WEIGHT else "data"
+            self.emit(f"{op.name}.bwd_{suffix}", op.kind, 2 * view.macs, reads, [self.grad_of(a)], d, view, op)
+        if b.name in self.needs or bias:
+            if conv is None:
+                view = Gemm(g.batch, g.k, g.n, g.m)
+            else:
+                view = Gemm(1, conv.k, conv.c * conv.r * conv.s, conv.n * conv.p * conv.q)
+            d = set(deps)
+            reads = [self.saved_read(a, d), *outs]
+            grads = [self.grad_of(b)] if b.name in self.needs else []
+            suffix = "weight" if b.role is Role.WEIGHT or not grads else "data_rhs"
+            if grads:
+                self.emit(f"{op.name}.bwd_{suffix}", op.kind, 2 * view.macs, reads, grads + bias, d, view, op)
+            else:  # only the bias needs a gradient: a column sum of dC, one FLOP per element
+                flops = sum(t.bytes for t in outs) // self.elem
+                self.emit(f"{op.name}.bwd_weight", OpKind.ELEMENTWISE, flops, reads[1:], bias, set(deps))
+
+    def other(self, index: int, op: Op, outs: list[TensorAccess], deps: set[int]) -> None:
+        """The one backward op of a non-matrix op."""
+        grads = [self.grad_of(t) for t in op.reads if t.name in self.needs]
+        if not grads:
+            return
+        rule = self.graph.rule(index)
+        known = {t.name: t for t in (*op.reads, *op.writes)}
+        saved = [known.get(name) or TensorAccess(name, self.size[name]) for name in rule.saved]
+        reads = [*outs, *(self.saved_read(t, deps) for t in saved)]
+        self.emit(f"{op.name}.bwd", op.kind, rule.flops, reads, grads, deps)
+
+    def run(self) -> None:
+        """Append the backward ops of every forward op, last forward op first."""
+        root = len(self.graph.ops) if self.graph.loss is not None else -1
+        for index in range(len(self.fwd) - 1, -1, -1):
+            op = self.fwd[index]
+            seeds = self.graph.grad_outputs
+            outs = [
+                TensorAccess(t.name + GRAD, self.size[t.name])
+                for t in op.writes
+                if t.name + GRAD in self.writers or t.name in seeds
+            ]
+            if not outs and index != root:
+                continue
+            deps = {w for t in outs for w in self.writers.get(t.name, ())}
+            if any(t.name in seeds for t in op.writes):
+                deps.add(index)  # a gradient from outside arrives after the forward op ran
+            if op.kind.is_matrix:
+                self.matrix(op, outs, deps)
+            else:
+                self.other(index, op, outs, deps)
+
+    def update(self, optimizer: Optimizer) -> None:
+        """The fused optimizer step over all parameters."""
+        count = self.graph.parameters
+        if count == 0:
+            return
+        state, flops = OPTIMIZER_COST[optimizer]
+        grads = TensorAccess("parameters" + GRAD, count * self.elem, Role.GRADIENT)
+        moments = TensorAccess(f"{optimizer.value}.state", count * state, Role.STATE)
+        reads: tuple[TensorAccess, ...]
+        writes: tuple[TensorAccess, ...]
+        if self.elem < MASTER_BYTES:
+            master = TensorAccess("parameters.master", count * MASTER_BYTES, Role.STATE)
+            copy = TensorAccess("parameters", count * self.elem, Role.WEIGHT)
+            reads, writes = (master, grads, moments), (master, moments, copy)
+        else:
+            weights = TensorAccess("parameters", count * self.elem, Role.WEIGHT)
+            reads, writes = (weights, grads, moments), (weights, moments)
+        deps = tuple(sorted(set(self.param_grad_ops)))
+        self.ops.append(
+            Op(f"{optimizer.value}.update", OpKind.OPTIMIZER, Phase.UPDATE, flops * count, reads, writes, deps)
+        )
+
+
+def training_ops(graph: ForwardGraph, optimizer: Optimizer | None) -> tuple[tuple[Op, ...], frozenset[str]]:
+    """Forward, loss, backward and (when ``optimizer`` is given) update ops of one training step.
+
+    Also returns the names of the saved activations: forward tensors (network inputs included,
+    weights excluded) that some backward op reads, which must stay in memory from the forward pass.
+    """
+    derivation = _Backward(graph)
+    derivation.run()
+    if optimizer is not None:
+        derivation.update(optimizer)
+    return tuple(derivation.ops), frozenset(derivation.saved)
