@@ -1,0 +1,139 @@
+"""The Python API: simulate a workload on a target and get the same records the CLI prints.
+
+>>> from archsim import simulate
+>>> result = simulate("v100", "resnet50", mode="train", batch=256)
+>>> round(result.throughput)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from archsim.engine import replay
+from archsim.errors import CapacityError, UsageError
+from archsim.models import cost_model_for
+from archsim.results.records import RunResult, build_result
+from archsim.spec.chip import ChipSpec, Family
+from archsim.spec.common import Precision
+from archsim.spec.library import Library
+from archsim.workloads import build_trace
+from archsim.workloads.trace import Mode, Trace
+
+
+@dataclass(frozen=True)
+class Target:
+    """A resolved target: the chip it runs on and how many of them."""
+
+    name: str
+    chip: ChipSpec
+    num_chips: int = 1
+
+
+E = TypeVar("E", bound=enum.Enum)
+
+
+def _choice(cls: type[E], value: object, flag: str) -> E:
+    if isinstance(value, cls):
+        return value
+    try:
+        return cls(value)
+    except ValueError:
+        choices = ", ".join(m.value for m in cls)
+        raise UsageError("", flag, f"{value!r} is not one of {choices}") from None
+
+
+def resolve_target(name: str, library: Library) -> Target:
+    """A chip name, alias or YAML path -> Target."""
+    chip = library.chip(name)
+    return Target(name=chip.name, chip=chip)
+
+
+def capacity_bytes(chip: ChipSpec) -> int:
+    """Device memory a step's working set may occupy: main memory, plus on-chip memory on IPUs."""
+    return (
+        chip.memory.main.capacity + preferred_capacity_bytes(chip)
+        if chip.family is Family.IPU
+        else chip.memory.main.capacity
+    )
+
+
+def preferred_capacity_bytes(chip: ChipSpec) -> int:
+    """Memory a working set should fit for full speed.
+
+    That is the in-processor memory on IPUs (more spills to streaming memory), the main memory elsewhere.
+    """
+    if chip.family is Family.IPU and chip.memory.onchip is not None:
+        return chip.memory.onchip.capacity
+    return chip.memory.main.capacity
+
+
+def simulate(
+    target: str,
+    workload: str,
+    mode: str | Mode = Mode.INFER,
+    batch: int | None = None,
+    precision: str | Precision | None = None,
+    seq_len: int | None = None,
+    library: Library | None = None,
+    search_path: Sequence[str] = (),
+) -> RunResult:
+    """Replay ``workload`` on ``target`` and return the run's records.
+
+    ``target`` is a chip name, alias or YAML path; ``workload`` a model name, a trace file or
+    ``gemm:MxNxK``. ``batch`` is per chip (None: the model's default for the mode, halved until the
+    step fits the chip's memory -- the in-processor memory on IPUs); ``precision``
+    None means the chip's default (fp16, or bf16 on TPUs). Bad arguments raise
+    :class:`~archsim.errors.ArchsimError` subclasses naming the argument.
+    """
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
+        raise UsageError("", "--batch", f"must be a positive integer, got {batch!r}")
+    if seq_len is not None and (isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1):
+        raise UsageError("", "--seq-len", f"must be a positive integer, got {seq_len!r}")
+    library = library or Library(search_path)
+    resolved = resolve_target(target, library)
+    chip = resolved.chip
+    run_mode = _choice(Mode, mode, "--mode")
+    run_precision = chip.default_precision if precision is None else _choice(Precision, precision, "--precision")
+    if run_precision not in chip.peak:
+        supported = ", ".join(p.value for p in chip.precisions)
+        raise UsageError(chip.name, "--precision", f"{run_precision.value} is not supported (supported: {supported})")
+    trace = build_trace(workload, library, run_mode, batch, run_precision, seq_len)
+    if (
+        batch is None
+        and not workload.startswith("gemm:")
+        and library.find(["model", "trace"], workload).kind == "model"
+    ):
+        # the default batch is the model's, halved until the step fits the chip's preferred memory
+        fits = preferred_capacity_bytes(chip)
+        while trace.memory_bytes > fits and trace.batch > 1:
+            trace = build_trace(workload, library, run_mode, trace.batch // 2, run_precision, seq_len)
+    return run_trace(resolved, trace, library)
+
+
+def run_trace(target: Target, trace: Trace, library: Library) -> RunResult:
+    """Replay an already built trace on a resolved target."""
+    chip = target.chip
+    capacity = capacity_bytes(chip)
+    if trace.memory_bytes > capacity:
+        raise CapacityError(
+            chip.name,
+            "--batch",
+            f"batch {trace.batch} needs {trace.memory_bytes / 2**30:.1f} GiB, "
+            f"more than the chip's {capacity / 2**30:.1f} GiB",
+        )
+    efficiency = library.family(chip.family).efficiency.merged(chip.efficiency)
+    model = cost_model_for(chip, efficiency, trace.precision, trace.memory_bytes)
+    timings = replay(trace, model)
+    assert efficiency.step_overhead is not None
+    return build_result(
+        target=target.name,
+        chip=chip,
+        trace=trace,
+        timings=timings,
+        step_overhead_s=efficiency.step_overhead,
+        num_chips=target.num_chips,
+        capacity_bytes=capacity,
+    )

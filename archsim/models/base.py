@@ -1,0 +1,143 @@
+"""What every cost model returns, and what every cost model is given.
+
+A cost model is built once per (chip, efficiency, precision) by :func:`archsim.models.cost_model_for`
+and is then a pure function ``cost(op) -> OpCost``: no hidden state, the same op gives the same
+record. The record says how long the op keeps its unit busy, which unit that is, how many bytes it
+moves through main memory, and what bound it.
+
+Invariant (checked by the property tests): ``time_s >= roofline_s``, where ``roofline_s`` is the op's
+FLOPs over the chip's published peak for that unit and precision, or its compulsory main-memory
+bytes over the published main-memory bandwidth, whichever is larger.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+from archsim.errors import UsageError
+from archsim.spec.chip import ChipSpec, Efficiency
+from archsim.spec.common import Precision
+from archsim.workloads.trace import Op
+
+
+class Bound(enum.StrEnum):
+    """What limited an op: its arithmetic, its memory traffic, or communication between chips."""
+
+    COMPUTE = "compute"
+    MEMORY = "memory"
+    COMMUNICATION = "communication"
+
+
+class Unit(enum.StrEnum):
+    """The on-chip resource an op occupies while it runs."""
+
+    MATRIX = "matrix"
+    VECTOR = "vector"
+
+
+@dataclass(frozen=True, slots=True)
+class OpCost:
+    """Cost of one op on one chip."""
+
+    time_s: float
+    """Time the op occupies its unit, overheads included."""
+    compute_s: float
+    """Time its arithmetic needs on the unit at the modelled efficiency."""
+    memory_s: float
+    """Time its main-memory (or exchange) traffic needs at the modelled efficiency."""
+    overhead_s: float
+    """Fixed issue cost (kernel launch, superstep sync) included in ``time_s``."""
+    dram_bytes: int
+    """Bytes moved between the chip and its main memory."""
+    roofline_s: float
+    """Lower bound from published peaks: max(FLOPs / peak, compulsory bytes / bandwidth)."""
+    bound: Bound
+    unit: Unit
+
+
+class CostModel(Protocol):
+    """A family's cost model, ready to price ops on one chip at one precision."""
+
+    chip: ChipSpec
+    precision: Precision
+    separate_units: bool
+    """True when matrix and vector ops run on separate units that can work at the same time."""
+
+    def cost(self, op: Op) -> OpCost:
+        """Price one op."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ChipRates:
+    """The numbers every family model needs, derived once from the chip at one precision."""
+
+    clock_hz: float
+    matrix_macs_per_clock: int
+    """Whole-chip dense MACs per clock of the matrix unit at this precision."""
+    vector_flops_per_s: float
+    """Whole-chip element-wise FLOP/s peak at this precision."""
+    dram_bytes_per_s: float
+    """Published main-memory bandwidth."""
+    efficiency: Efficiency
+
+    @property
+    def matrix_flops_per_s(self) -> float:
+        """Published-peak matrix FLOP/s (2 per MAC)."""
+        return 2.0 * self.matrix_macs_per_clock * self.clock_hz
+
+    def roofline_s(self, op: Op) -> float:
+        """The op's roofline time from published peaks (never modelled as faster)."""
+        peak = self.matrix_flops_per_s if op.kind.is_matrix else self.vector_flops_per_s
+        return max(op.flops / peak, compulsory_bytes(op) / self.dram_bytes_per_s)
+
+
+def compulsory_bytes(op: Op) -> int:
+    """Bytes an op must move at least once between memory and the chip: every tensor once."""
+    return op.bytes
+
+
+def chip_rates(chip: ChipSpec, efficiency: Efficiency, precision: Precision, vector_flops_per_s: float) -> ChipRates:
+    """Rates of ``chip`` at ``precision``; an unsupported precision is a UsageError."""
+    macs = chip.macs_per_clock(precision)
+    if macs is None or precision not in chip.peak:
+        supported = ", ".join(p.value for p in chip.precisions)
+        raise UsageError(chip.name, "--precision", f"{precision.value} is not supported (supported: {supported})")
+    return ChipRates(
+        clock_hz=chip.clock,
+        matrix_macs_per_clock=macs,
+        vector_flops_per_s=vector_flops_per_s,
+        dram_bytes_per_s=chip.memory.main.bandwidth,
+        efficiency=efficiency,
+    )
+
+
+def finish(
+    rates: ChipRates, op: Op, compute_s: float, memory_s: float, overhead_s: float, dram_bytes: int, unit: Unit
+) -> OpCost:
+    """Assemble an OpCost for a unit that overlaps compute with memory traffic (double-buffered)."""
+    roofline_s = rates.roofline_s(op)
+    busy_s = max(compute_s, memory_s, roofline_s)
+    return OpCost(
+        time_s=busy_s + overhead_s,
+        compute_s=compute_s,
+        memory_s=memory_s,
+        overhead_s=overhead_s,
+        dram_bytes=dram_bytes,
+        roofline_s=roofline_s,
+        bound=Bound.COMPUTE if compute_s >= memory_s else Bound.MEMORY,
+        unit=unit,
+    )
+
+
+def ceil_div(a: int, b: int) -> int:
+    """Integer ceiling of a / b for positive b."""
+    return -(-a // b)
+
+
+def cycles(seconds: float, clock_hz: float) -> int:
+    """Seconds -> whole cycles of a clock (rounded up)."""
+    return math.ceil(seconds * clock_hz - 1e-9)

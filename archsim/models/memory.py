@@ -1,0 +1,34 @@
+"""Main-memory traffic of a tiled matrix product through a last-level cache or buffer.
+
+A tiled product cuts its output into ``m_tiles x n_tiles`` tiles. Each row panel of ``A`` is needed by
+every tile of its row and each column panel of ``B`` by every tile of its column. The tiles that run
+at the same time (one wave) form a block of ``wave_m x wave_n`` tiles, rasterised to be as square as
+the grid allows, and share their panels through the cache (which only needs to hold the current
+slab of ``K``), so ``A`` crosses the memory interface once per column of waves and ``B`` once per row
+of waves. Every tensor moves at least once: the compulsory traffic of the roofline.
+"""
+
+from __future__ import annotations
+
+import math
+
+from archsim.models.base import ceil_div
+from archsim.workloads.trace import Op
+
+
+def wave_shape(m_tiles: int, n_tiles: int, concurrent: int) -> tuple[int, int]:
+    """The ``(wave_m, wave_n)`` block of tiles that run together, as square as the grid allows."""
+    wave_m = max(1, min(m_tiles, math.isqrt(concurrent)))
+    wave_n = max(1, min(n_tiles, concurrent // wave_m))
+    wave_m = max(1, min(m_tiles, concurrent // wave_n))
+    return wave_m, wave_n
+
+
+def matrix_dram_bytes(op: Op, m_tiles: int, n_tiles: int, concurrent: int) -> int:
+    """Main-memory bytes of a tiled matrix op (reads are ``A``, ``B``, then any extras)."""
+    if len(op.reads) < 2:
+        return op.bytes
+    wave_m, wave_n = wave_shape(m_tiles, n_tiles, concurrent)
+    a, b = op.reads[0].bytes, op.reads[1].bytes
+    extras = sum(t.bytes for t in op.reads[2:])
+    return a * ceil_div(n_tiles, wave_n) + b * ceil_div(m_tiles, wave_m) + extras + op.bytes_written

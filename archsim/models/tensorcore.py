@@ -1,0 +1,144 @@
+"""Cost model of NVIDIA tensor-core GPUs (V100, A100, H100).
+
+Matrix products and convolutions (as implicit GEMMs) run as tiled kernels: the output is cut into
+thread-block tiles of ``tile_m x tile_n``, each looping over ``K`` in steps of :data:`TILE_K`. A
+tile's blocks-per-SM is limited by shared memory (double-buffered operand tiles), registers
+(fp32 accumulators) and the SM's block and thread limits; the kernel picks the feasible tile shape
+that finishes first, as cuBLAS/cuDNN heuristics do. Tiles are spread over the SMs in waves, so the
+busiest SM runs ``ceil(tiles / SMs)`` tiles: that is the wave quantization that makes a kernel of
+81 tiles on 80 SMs take twice as long as one of 80. An SM with too few resident warps cannot keep its
+tensor cores busy (:data:`WARPS_FOR_FULL_RATE`), and an output with too few tiles to fill the SMs
+is split along ``K`` (split-K), paying for the fp32 partial sums in memory. Main-memory traffic
+follows the L2 reuse model of :mod:`archsim.models.memory` (a wave of tiles shares its operand
+panels through L2), and the tile shape is chosen on both compute and memory time; compute and
+memory overlap (the kernel double-buffers), and each kernel pays a launch overhead.
+
+Element-wise, normalization, softmax, pooling, embedding and optimizer kernels run on the CUDA
+cores and are nearly always bound by main-memory bandwidth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from archsim.models.base import ChipRates, OpCost, Unit, ceil_div, chip_rates, finish
+from archsim.models.memory import matrix_dram_bytes
+from archsim.spec.chip import ChipSpec, Efficiency, TensorCoreSection
+from archsim.spec.common import Precision
+from archsim.workloads.trace import Op
+
+TILE_K = 32
+"""Depth of one main-loop step of a tile (elements of K staged in shared memory at once)."""
+TILE_SHAPES = ((256, 128, 256), (128, 256, 256), (128, 128, 256), (128, 64, 128), (64, 128, 128), (64, 64, 128))
+"""Candidate thread-block tiles ``(tile_m, tile_n, threads)``, as in CUTLASS's default set."""
+PIPELINE_STAGES = 2
+"""Shared-memory buffers per operand tile (double buffering)."""
+ACCUMULATOR_BYTES = 4
+"""Accumulators are fp32 (int32 for int8)."""
+REGISTER_OVERHEAD = 2.0
+"""Registers per block relative to its accumulators alone (operand fragments, addresses)."""
+WARPS_FOR_FULL_RATE = 8
+"""Resident warps an SM needs to keep its tensor cores busy (two per sub-partition, one computing
+while the other waits on shared memory); fewer warps reach a proportional share of the peak."""
+SPLIT_K = (1, 2, 4, 8, 16, 32)
+"""Split-K factors a kernel may use when the output has too few tiles to fill the SMs."""
+MIN_K_PER_SPLIT = 4 * TILE_K
+"""Smallest slice of K a split-K block works on."""
+
+
+@dataclass(frozen=True, slots=True)
+class TileChoice:
+    """The tile shape a kernel runs with and what it implies."""
+
+    tile_m: int
+    tile_n: int
+    blocks_per_sm: int
+    tiles: int
+    compute_s: float
+    dram_bytes: int
+    memory_s: float
+
+
+class TensorCoreModel:
+    """Tiled-kernel model of one tensor-core GPU at one precision."""
+
+    separate_units = False
+
+    def __init__(self, chip: ChipSpec, efficiency: Efficiency, precision: Precision) -> None:
+        assert chip.tensorcore is not None
+        self.chip = chip
+        self.precision = precision
+        self.tc: TensorCoreSection = chip.tensorcore
+        fp32_fma = self.tc.cuda_core_fma_per_clock.get(Precision.FP32, 0)
+        # packed half2 arithmetic doubles the CUDA-core rate for 16-bit element-wise work
+        vector_scale = 2 if precision.bytes == 2 else 1
+        vector_flops = 2.0 * fp32_fma * vector_scale * self.tc.sm_count * chip.clock
+        self.rates: ChipRates = chip_rates(chip, efficiency, precision, vector_flops)
+        per_tc = self.tc.tensor_fma_per_clock.get(precision)
+        if per_tc is not None:
+            self.sm_macs_per_clock = per_tc * self.tc.tensor_cores_per_sm
+        else:
+            self.sm_macs_per_clock = self.tc.cuda_core_fma_per_clock[precision]
+
+    def cost(self, op: Op) -> OpCost:
+        """Price one op (matrix ops as tiled kernels, the rest as streaming kernels)."""
+        eff = self.rates.efficiency
+        assert eff.op_overhead is not None
+        assert eff.memory_bandwidth is not None
+        assert eff.vector is not None
+        dram_bw = self.rates.dram_bytes_per_s * eff.memory_bandwidth
+        if op.gemm is not None:
+            choice = self.best_tile(op, dram_bw)
+            return finish(
+                self.rates, op, choice.compute_s, choice.memory_s, eff.op_overhead, choice.dram_bytes, Unit.MATRIX
+            )
+        compute_s = op.flops / (self.rates.vector_flops_per_s * eff.vector)
+        return finish(self.rates, op, compute_s, op.bytes / dram_bw, eff.op_overhead, op.bytes, Unit.VECTOR)
+
+    def best_tile(self, op: Op, dram_bytes_per_s: float) -> TileChoice:
+        """The feasible tile shape that finishes first (ties: the earlier shape)."""
+        best: TileChoice | None = None
+        for tile_m, tile_n, threads in TILE_SHAPES:
+            for split in SPLIT_K:
+                if split > 1 and op.gemm is not None and op.gemm.k < split * MIN_K_PER_SPLIT:
+                    break
+                choice = self._tile(op, tile_m, tile_n, threads, split, dram_bytes_per_s)
+                if choice is not None and (
+                    best is None or max(choice.compute_s, choice.memory_s) < max(best.compute_s, best.memory_s)
+                ):
+                    best = choice
+        assert best is not None, "the smallest tile always fits an SM"
+        return best
+
+    def _tile(
+        self, op: Op, tile_m: int, tile_n: int, threads: int, split: int, dram_bytes_per_s: float
+    ) -> TileChoice | None:
+        tc = self.tc
+        gemm = op.gemm
+        assert gemm is not None
+        smem = (tile_m + tile_n) * TILE_K * self.precision.bytes * PIPELINE_STAGES
+        registers = tile_m * tile_n * ACCUMULATOR_BYTES * REGISTER_OVERHEAD
+        blocks_per_sm = min(
+            tc.max_blocks_per_sm,
+            tc.shared_memory_per_sm // smem,
+            int(tc.register_file_per_sm // registers),
+            tc.max_threads_per_sm // threads,
+        )
+        if blocks_per_sm < 1:
+            return None
+        m_tiles, n_tiles = ceil_div(gemm.m, tile_m), ceil_div(gemm.n, tile_n)
+        tiles = gemm.batch * m_tiles * n_tiles * split
+        k_steps = ceil_div(ceil_div(gemm.k, split), TILE_K)
+        tiles_on_busiest_sm = ceil_div(tiles, tc.sm_count)
+        macs_on_busiest_sm = tiles_on_busiest_sm * tile_m * tile_n * k_steps * TILE_K
+        resident_warps = min(tiles_on_busiest_sm, blocks_per_sm) * threads // 32
+        occupancy = min(1.0, resident_warps / WARPS_FOR_FULL_RATE)
+        assert self.rates.efficiency.compute is not None
+        rate = self.sm_macs_per_clock * self.rates.efficiency.compute * occupancy * self.chip.clock
+        dram = matrix_dram_bytes(op, m_tiles, n_tiles, tc.sm_count * blocks_per_sm)
+        if split > 1:
+            # partial sums go out in fp32 and are read back by the reduction
+            dram += 2 * split * gemm.batch * gemm.m * gemm.n * ACCUMULATOR_BYTES
+        return TileChoice(
+            tile_m, tile_n, blocks_per_sm, tiles, macs_on_busiest_sm / rate, dram, dram / dram_bytes_per_s
+        )

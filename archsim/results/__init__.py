@@ -1,0 +1,1 @@
+"""Result records, text tables and (later) figures and trace export."""

@@ -1,0 +1,43 @@
+"""Plain-text rendering of a run for people: a summary and a per-layer table."""
+
+from __future__ import annotations
+
+from archsim.results.records import RunResult
+from archsim.units import format_bytes, format_time
+
+
+def summary_lines(result: RunResult) -> list[str]:
+    """The run's headline numbers, one per line."""
+    unit = "sequences/s" if result.seq_len is not None else "samples/s"
+    seq = f", seq_len {result.seq_len}" if result.seq_len is not None else ""
+    n = result.normalized
+    per_watt = f"{n.per_watt:.3g}" if n.per_watt is not None else "n/a"
+    per_bt = f"{n.per_billion_transistors:.3g}" if n.per_billion_transistors is not None else "n/a"
+    bounds = ", ".join(f"{k} {format_time(v)}" for k, v in result.time_by_bound.items() if v > 0)
+    return [
+        f"{result.workload} {result.mode} on {result.target} x{result.num_chips}: batch {result.batch} per chip, "
+        f"{result.precision}{seq}",
+        f"step time     {format_time(result.step_time_s)} (ops {format_time(result.ops_time_s)}, "
+        f"step overhead {format_time(result.step_overhead_s)})",
+        f"throughput    {result.throughput:.1f} {unit} ({n.per_chip:.1f} per chip, {per_watt} per W, "
+        f"{per_bt} per billion transistors)",
+        f"flops         {result.flops / 1e12:.3f} TFLOP per step, utilization {100 * result.utilization:.1f}% of peak",
+        f"memory        {format_bytes(result.memory_bytes)} needed of {format_bytes(result.memory_capacity_bytes)}",
+        f"op time by bound: {bounds}",
+    ]
+
+
+def layer_table(result: RunResult) -> list[str]:
+    """One row per op in trace order."""
+    name_width = max([len("layer")] + [len(layer.name) for layer in result.layers])
+    header = (
+        f"{'layer':<{name_width}}  {'kind':<11} {'phase':<10} {'start':>10} {'time':>10} {'GFLOP':>9} {'MB':>9}  bound"
+    )
+    rows = [header, "-" * len(header)]
+    for layer in result.layers:
+        rows.append(
+            f"{layer.name:<{name_width}}  {layer.kind:<11} {layer.phase:<10} {format_time(layer.start_s):>10} "
+            f"{format_time(layer.end_s - layer.start_s):>10} {layer.flops / 1e9:>9.3f} {layer.bytes / 1e6:>9.2f}  "
+            f"{layer.bound}"
+        )
+    return rows

@@ -1,0 +1,168 @@
+"""The command line: outputs, and the one-line error with exit status 2 for every bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from archsim.cli import main
+from archsim.spec.library import builtin_roots
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def chip_file(tmp_path: Path, **changes: object) -> str:
+    chips = next(r for r in builtin_roots() if r.name == "chips")
+    data = yaml.safe_load((chips / "v100-16gb.yaml").read_text())
+    for dotted, value in changes.items():
+        node = data
+        *parents, leaf = dotted.split("__")
+        for part in parents:
+            node = node[part]
+        if value is None:
+            node.pop(leaf)
+        else:
+            node[leaf] = value
+    path = tmp_path / "chip.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def test_list_names_chips_and_workloads(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "list")
+    assert code == 0
+    assert "v100-16gb" in out
+    assert "resnet50" in out
+    assert "bert-large" in out
+
+
+def test_run_json_has_the_documented_fields(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(capsys, "run", "v100", "resnet50", "--batch", "8", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    for key in (
+        "target",
+        "workload",
+        "mode",
+        "batch",
+        "precision",
+        "num_chips",
+        "step_time_s",
+        "throughput",
+        "flops",
+        "utilization",
+        "normalized",
+        "layers",
+    ):
+        assert key in result
+    assert set(result["normalized"]) == {"per_chip", "per_watt", "per_billion_transistors"}
+    layer = result["layers"][0]
+    for key in ("name", "kind", "start_s", "end_s", "cycles", "flops", "bytes", "bound"):
+        assert key in layer
+    assert result["batch"] == 8
+    assert result["mode"] == "infer"
+    assert result["precision"] == "fp16"
+    assert result["throughput"] == pytest.approx(8 / result["step_time_s"])
+
+
+def test_run_human_output(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "run", "v100", "gemm:1024x1024x1024")
+    assert code == 0
+    assert "throughput" in out
+    assert "bound" in out
+
+
+def test_json_is_deterministic(capsys: pytest.CaptureFixture[str]) -> None:
+    first = run_cli(capsys, "run", "v100", "bert-base", "--mode", "train", "--batch", "4", "--json")[1]
+    second = run_cli(capsys, "run", "v100", "bert-base", "--mode", "train", "--batch", "4", "--json")[1]
+    assert first == second
+
+
+BAD_INPUTS = [
+    (lambda t: ["run", str(t / "absent.yaml"), "resnet50"], "absent.yaml: no such file"),
+    (lambda t: ["run", "v999", "resnet50"], "v999: unknown chip"),
+    (lambda t: ["run", "v100", "resnet99"], "resnet99: unknown model"),
+    (lambda t: ["run", "v100", "resnet50", "--batch", "0"], "--batch"),
+    (lambda t: ["run", "v100", "resnet50", "--batch", "lots"], "--batch"),
+    (lambda t: ["run", "v100", "resnet50", "--precision", "tf32"], "--precision: tf32 is not supported"),
+    (lambda t: ["run", "v100", "resnet50", "--mode", "train", "--batch", "100000"], "--batch: batch 100000 needs"),
+    (lambda t: ["run", "v100", "resnet50", "--seq-len", "128"], "--seq-len"),
+    (lambda t: ["run", "v100", "bert-base", "--seq-len", "4096"], "--seq-len"),
+    (lambda t: ["run", "v100", "gemm:12xab"], "gemm"),
+    (lambda t: ["frobnicate"], "invalid choice"),
+]
+
+
+@pytest.mark.parametrize(("argv", "fragment"), BAD_INPUTS)
+def test_bad_arguments_one_line_exit_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: object, fragment: str
+) -> None:
+    code, out, err = run_cli(capsys, *argv(tmp_path))  # type: ignore[operator]
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith("archsim: error: ")
+    assert fragment in err
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("", "chip.yaml: file is empty"),
+        ("kind: chip\n  name: [\n", "chip.yaml: line"),
+        ("just a string\n", "expected a mapping"),
+        ("schema_version: 1\nkind: link\nname: x\n", "chip.yaml: kind: is 'link', expected chip"),
+    ],
+)
+def test_bad_files_one_line_exit_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, fragment: str
+) -> None:
+    path = tmp_path / "chip.yaml"
+    path.write_text(text)
+    code, out, err = run_cli(capsys, "run", str(path), "resnet50")
+    assert (code, out) == (2, "")
+    assert fragment in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("changes", "fragment"),
+    [
+        ({"tensorcore__sm_count": None}, "tensorcore.sm_count: missing required field"),
+        ({"tensorcore__warp_size": 32}, "tensorcore.warp_size: unknown field"),
+        ({"tensorcore__sm_count": -4}, "tensorcore.sm_count: input should be greater than 0, got -4"),
+        ({"memory__main__bandwidth": "-900 GB/s"}, "memory.main.bandwidth: '-900 GB/s' must be a positive"),
+        ({"memory__main__bandwidth": "0 GB/s"}, "memory.main.bandwidth"),
+        ({"memory__main__bandwidth": "lots"}, "memory.main.bandwidth: not a quantity"),
+        ({"memory__main__bandwidth": "900 GB/fortnight"}, "memory.main.bandwidth: unknown unit"),
+        ({"clock": 1530}, "clock: expected a quantity string"),
+        ({"tensorcore__sm_count": "eighty"}, "tensorcore.sm_count"),
+    ],
+)
+def test_bad_fields_name_file_and_field(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, changes: dict[str, object], fragment: str
+) -> None:
+    path = chip_file(tmp_path, **changes)
+    code, out, err = run_cli(capsys, "run", path, "resnet50")
+    assert (code, out) == (2, "")
+    assert err.startswith(f"archsim: error: {path}: ")
+    assert fragment in err and err.count("\n") == 1
+
+
+def test_console_script_prints_no_traceback(tmp_path: Path) -> None:
+    path = tmp_path / "chip.yaml"
+    path.write_text("a: 1\na: 2\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "archsim.cli", "run", str(path), "resnet50"], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == f"archsim: error: {path}: line 2: not valid YAML: duplicate key 'a'"
