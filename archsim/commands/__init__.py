@@ -1,0 +1,1 @@
+"""Subcommands of the ``archsim`` CLI, one module each (registered in :data:`archsim.cli.SUBCOMMANDS`)."""
