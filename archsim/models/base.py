@@ -82,6 +82,8 @@ class ChipRates:
     """Whole-chip element-wise FLOP/s peak at this precision."""
     dram_bytes_per_s: float
     """Published main-memory bandwidth."""
+    element_bytes: int
+    """Bytes of one operand element at the run's precision."""
     efficiency: Efficiency
 
     @property
@@ -92,12 +94,31 @@ class ChipRates:
     def roofline_s(self, op: Op) -> float:
         """The op's roofline time from published peaks (never modelled as faster)."""
         peak = self.matrix_flops_per_s if op.kind.is_matrix else self.vector_flops_per_s
-        return max(op.flops / peak, compulsory_bytes(op) / self.dram_bytes_per_s)
+        return max(op.flops / peak, compulsory_bytes(op, self.element_bytes) / self.dram_bytes_per_s)
 
 
-def compulsory_bytes(op: Op) -> int:
-    """Bytes an op must move at least once between memory and the chip: every tensor once."""
-    return op.bytes
+def operand_bytes(op: Op, element_bytes: int) -> tuple[int, int, int]:
+    """Bytes of a matrix op's ``A`` and ``B`` operands and of its other reads.
+
+    An operand is counted at most at the size of its GEMM view: a strided 1x1 convolution reads
+    only the pixels its filter lands on (a quarter of its input at stride 2).
+    """
+    g = op.gemm
+    assert g is not None
+    assert len(op.reads) >= 2
+    a = min(op.reads[0].bytes, g.batch * g.m * g.k * element_bytes)
+    b = min(op.reads[1].bytes, g.batch * g.k * g.n * element_bytes)
+    return a, b, sum(t.bytes for t in op.reads[2:])
+
+
+def compulsory_bytes(op: Op, element_bytes: int) -> int:
+    """Bytes an op must move at least once between memory and the chip.
+
+    Every tensor it touches, once; a matrix op's operands at most at their GEMM-view size.
+    """
+    if op.gemm is None or len(op.reads) < 2:
+        return op.bytes
+    return sum(operand_bytes(op, element_bytes)) + op.bytes_written
 
 
 def chip_rates(chip: ChipSpec, efficiency: Efficiency, precision: Precision, vector_flops_per_s: float) -> ChipRates:
@@ -111,6 +132,7 @@ def chip_rates(chip: ChipSpec, efficiency: Efficiency, precision: Precision, vec
         matrix_macs_per_clock=macs,
         vector_flops_per_s=vector_flops_per_s,
         dram_bytes_per_s=chip.memory.main.bandwidth,
+        element_bytes=precision.bytes,
         efficiency=efficiency,
     )
 

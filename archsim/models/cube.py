@@ -1,15 +1,28 @@
 """Cost model of Huawei Ascend Da Vinci chips (Ascend 910).
 
-Matrix products are cut into fractals of the cube's shape (16x16x16 at fp16); the output fractals
-are spread over the AI cores and each core runs ``ceil(K / k_fractal)`` cube operations per output
-fractal, one per clock. Memory-transfer engines move the next tiles while the cube computes, so
-compute and main-memory traffic overlap; each core's output tile of ``CORE_TILE`` squared shares
-operand panels with the other cores' tiles as in :mod:`archsim.models.memory`. Element-wise ops run
-on the vector unit of each core, which is a separate resource from the cube, so the engine can
-overlap them with independent matrix ops.
+A matrix product is cut into fractals of the cube's shape (16x16x16 at fp16): the cube multiplies a
+``16 x 16`` fractal of ``A`` by a ``16 x 16`` fractal of ``B`` into a ``16 x 16`` block of ``C`` each
+clock. Each AI core owns output tiles of ``tile_m x tile_n`` (whole fractals), spread over the cores
+so that the busiest core runs ``ceil(tiles / cores)`` of them; a tile takes
+``(tile_m / 16) * (tile_n / 16) * ceil(K / k_fractal)`` cube clocks (an edge tile costs as much as a
+full one: the cube works on whole fractals).
+
+The buffers decide which tiles are possible (:func:`tile_fits`): ``L0A`` and ``L0B`` hold two
+(double-buffered) ``16``-deep slabs of the tile's ``A`` rows and ``B`` columns, ``L0C`` two copies of
+its fp32 accumulators (one being filled, one being moved out), and ``L1`` two staging panels of
+:data:`L1_K_STEP` elements of ``K`` for both operands. Among the tiles that fit, the model picks the
+one that finishes first (ties: the one whose cube finishes first, then the larger tile).
+
+The memory-transfer engines (MTE) move the next panels from HBM into L1 and L0 while the cube
+computes, so cube time and HBM time overlap; HBM traffic follows the wave model of
+:mod:`archsim.models.memory` (the tiles running at once share their panels through the 32 MiB L2).
+Element-wise ops run on the vector unit of each core, a separate resource from the cube, so the
+engine can overlap them with independent matrix ops.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from archsim.models.base import OpCost, Unit, ceil_div, chip_rates, finish
 from archsim.models.memory import matrix_dram_bytes
@@ -17,8 +30,42 @@ from archsim.spec.chip import ChipSpec, CubeSection, Efficiency
 from archsim.spec.common import Precision, parse_shape
 from archsim.workloads.trace import Op
 
-CORE_TILE = 128
-"""Output tile of one AI core (rows and columns) held in L0C while operand slabs stream through L1."""
+TILE_SIDES = (16, 32, 64, 128, 256)
+"""Candidate output-tile sides of one AI core, in elements (whole fractals)."""
+ACCUMULATOR_BYTES = 4
+"""The cube accumulates in fp32 (int32 for int8) in L0C."""
+L1_K_STEP = 256
+"""Elements of ``K`` one L1 staging panel holds, so that each refill feeds the cube for at least
+``L1_K_STEP / k_fractal`` clocks per fractal pair (estimate: long enough to hide an MTE transfer)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CubeTile:
+    """An output tile of one AI core and what running the product with it costs."""
+
+    tile_m: int
+    tile_n: int
+    tiles: int
+    cube_cycles: int
+    """Cube clocks of the busiest core."""
+    dram_bytes: int
+    compute_s: float
+    memory_s: float
+
+    @property
+    def time_s(self) -> float:
+        """Time with the MTEs overlapping the cube."""
+        return max(self.compute_s, self.memory_s)
+
+
+def tile_fits(cube: CubeSection, tile_m: int, tile_n: int, frac_k: int, element_bytes: int) -> bool:
+    """True when a ``tile_m x tile_n`` core tile fits L0A, L0B, L0C and L1 (double-buffered)."""
+    return (
+        2 * tile_m * frac_k * element_bytes <= cube.l0a
+        and 2 * frac_k * tile_n * element_bytes <= cube.l0b
+        and 2 * tile_m * tile_n * ACCUMULATOR_BYTES <= cube.l0c
+        and 2 * (tile_m + tile_n) * L1_K_STEP * element_bytes <= cube.l1
+    )
 
 
 class CubeModel:
@@ -40,17 +87,42 @@ class CubeModel:
     def cost(self, op: Op) -> OpCost:
         """Price one op on the cube (matrix) or the vector unit."""
         eff = self.rates.efficiency
-        assert eff.compute
         assert eff.vector
         assert eff.memory_bandwidth
         assert eff.op_overhead is not None
         dram_bw = self.rates.dram_bytes_per_s * eff.memory_bandwidth
         if op.gemm is not None:
-            g = op.gemm
-            fractals = g.batch * ceil_div(g.m, self.frac_m) * ceil_div(g.n, self.frac_n)
-            per_core = ceil_div(fractals, self.cube.ai_cores) * ceil_div(g.k, self.frac_k)
-            compute_s = per_core / eff.compute / self.chip.clock
-            dram = matrix_dram_bytes(op, ceil_div(g.m, CORE_TILE), ceil_div(g.n, CORE_TILE), self.cube.ai_cores)
-            return finish(self.rates, op, compute_s, dram / dram_bw, eff.op_overhead, dram, Unit.MATRIX)
+            tile = self.best_tile(op, dram_bw)
+            return finish(self.rates, op, tile.compute_s, tile.memory_s, eff.op_overhead, tile.dram_bytes, Unit.MATRIX)
         compute_s = op.flops / (self.rates.vector_flops_per_s * eff.vector)
         return finish(self.rates, op, compute_s, op.bytes / dram_bw, eff.op_overhead, op.bytes, Unit.VECTOR)
+
+    def best_tile(self, op: Op, dram_bytes_per_s: float) -> CubeTile:
+        """The core tile that fits the buffers and finishes first (ties: less cube time, then larger)."""
+        best: CubeTile | None = None
+        e = self.precision.bytes
+        for tile_m in TILE_SIDES[::-1]:
+            for tile_n in TILE_SIDES[::-1]:
+                if tile_m % self.frac_m or tile_n % self.frac_n:
+                    continue
+                if not tile_fits(self.cube, tile_m, tile_n, self.frac_k, e):
+                    continue
+                tile = self._tile(op, tile_m, tile_n, dram_bytes_per_s)
+                if best is None or (tile.time_s, tile.compute_s) < (best.time_s, best.compute_s):
+                    best = tile
+        if best is None:
+            raise ValueError(f"{self.chip.name}: no core tile fits L0A/L0B/L0C/L1 at {self.precision.value}")
+        return best
+
+    def _tile(self, op: Op, tile_m: int, tile_n: int, dram_bytes_per_s: float) -> CubeTile:
+        g = op.gemm
+        assert g is not None
+        eff = self.rates.efficiency
+        assert eff.compute
+        m_tiles, n_tiles = ceil_div(g.m, tile_m), ceil_div(g.n, tile_n)
+        tiles = g.batch * m_tiles * n_tiles
+        fractal_ops = (tile_m // self.frac_m) * (tile_n // self.frac_n) * ceil_div(g.k, self.frac_k)
+        cycles = ceil_div(tiles, self.cube.ai_cores) * fractal_ops
+        dram = matrix_dram_bytes(op, m_tiles, n_tiles, self.cube.ai_cores, self.precision.bytes)
+        compute_s = cycles / eff.compute / self.chip.clock
+        return CubeTile(tile_m, tile_n, tiles, cycles, dram, compute_s, dram / dram_bytes_per_s)

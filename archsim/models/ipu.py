@@ -1,25 +1,76 @@
 """Cost model of Graphcore IPUs (GC2, GC200).
 
-An IPU runs a program of bulk-synchronous supersteps. Each op is one superstep: every tile computes
-on its own SRAM (the AMP unit for matrix products, the vector path for the rest), then all tiles
-synchronise, then data moves between tiles over the on-chip exchange. The three phases do not
-overlap, so an op takes ``compute + exchange + sync``. Matrix products are spread evenly over all
-tiles; their activation operands are exchanged to the tiles that need them (weights live where they
-are used). Element-wise work is tile-local.
+An IPU runs a program of bulk-synchronous supersteps: every tile computes on its own SRAM, all tiles
+synchronise, then data moves between tiles over the exchange. The phases do not overlap, so a
+superstep takes ``compute + sync + exchange``, each set by the busiest tile.
 
-Capacity: weights, activations and optimizer state must fit in the in-processor memory (the sum of
-tile SRAMs). What does not fit is served from streaming memory at its bandwidth: each op then loads
-that share of its bytes from streaming memory in a phase of its own.
+Matrix products. The output is cut into blocks of :data:`AMP_BLOCK` x :data:`AMP_BLOCK` elements,
+the granularity of the AMP (accumulating matrix product) unit's work; a tile gets whole blocks,
+never a fraction, so the busiest tile computes ``ceil(units / tiles)`` of them at its AMP's
+``amp_mac_per_clock`` (``K`` rounded up to :data:`AMP_K_GRAIN`). A product with fewer blocks than
+tiles also splits ``K`` over ``split`` tiles per block, and a second superstep exchanges the fp32
+partial sums and adds them on the vector path. A tile may also walk its slice of ``K`` in ``serial``
+supersteps (Poplar's serial splits), holding one chunk of operands at a time, at the cost of a sync
+per step. The partition that finishes first is used. Before computing, each tile receives the ``A``
+rows and ``B`` columns of its blocks over the exchange; a tile's share of the exchange bandwidth is
+``exchange_bandwidth / tiles``.
+
+Capacity, per tile. The program's resident data (the trace's memory footprint: weights, optimizer
+state, saved or live activations) is spread evenly over the tiles; what does not fit a tile's SRAM
+lives in streaming memory and every op streams that fraction of its bytes. The busiest tile holds
+its partition of the op: the weights of its block columns, the activations of its block rows (for a
+forward convolution, the input patch under its output pixels, see
+:meth:`~archsim.models.systolic_map.ConvWindow.footprint_words`) and its output blocks. When that
+does not fit the SRAM the resident data leaves (the op's own tensors, already part of the resident
+share, are not counted twice), the partition spills: the overflow of every busy tile is served from
+streaming memory at its bandwidth, in a phase of its own. Element-wise ops are tile-local and
+spread evenly over the tiles.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+import math
+from dataclasses import dataclass, replace
 
 from archsim.models.base import Bound, OpCost, Unit, ceil_div, chip_rates
+from archsim.models.systolic_map import forward_window
 from archsim.spec.chip import ChipSpec, Efficiency, IpuSection
 from archsim.spec.common import Precision
-from archsim.workloads.trace import Op, Role
+from archsim.workloads.trace import Op
+
+AMP_BLOCK = 16
+"""Rows and columns of the output block that is the unit of AMP work handed to a tile."""
+AMP_K_GRAIN = 16
+"""The AMP consumes ``K`` in groups of this many elements (input channels)."""
+PARTIAL_BYTES = 4
+"""Partial sums of a split ``K`` are exchanged and added in fp32."""
+
+
+@dataclass(frozen=True, slots=True)
+class IpuPartition:
+    """How a matrix op is spread over the tiles and the time of each phase (seconds)."""
+
+    split: int
+    """Tiles sharing one output block's ``K`` (1: no split)."""
+    serial: int
+    """Supersteps a tile takes over its slice of ``K``, one chunk of operands each (1: one step)."""
+    tiles_used: int
+    units_per_tile: int
+    """Block-and-K-slice units on the busiest tile."""
+    tile_bytes: int
+    """Operand slabs and output blocks the busiest tile holds during the op."""
+    compute_s: float
+    exchange_s: float
+    spill_bytes: int
+    """Bytes served from streaming memory because the partition overflows tile SRAM."""
+    stream_s: float
+    reduce_s: float
+    """Second superstep of a split ``K``: sync, exchange and addition of the partial sums."""
+
+    @property
+    def time_s(self) -> float:
+        """Busy time of the op's supersteps, without the fixed sync and issue overhead."""
+        return self.compute_s + self.exchange_s + self.stream_s + self.reduce_s
 
 
 class IpuModel:
@@ -33,35 +84,34 @@ class IpuModel:
         self.chip = chip
         self.precision = precision
         self.ipu: IpuSection = chip.ipu
-        vector_per_tile = self.ipu.vector_flops_per_clock.get(precision, 0)
-        rates = chip_rates(chip, efficiency, precision, vector_per_tile * self.ipu.tiles * chip.clock)
+        self.vector_per_tile = self.ipu.vector_flops_per_clock.get(precision, 0)
+        rates = chip_rates(chip, efficiency, precision, self.vector_per_tile * self.ipu.tiles * chip.clock)
         # the working set lives in the in-processor memory: the roofline uses its bandwidth
         self.rates = replace(rates, dram_bytes_per_s=chip.memory.onchip.bandwidth)
-        capacity = chip.memory.onchip.capacity
-        self.overflow_fraction = max(0.0, (footprint_bytes - capacity) / footprint_bytes) if footprint_bytes else 0.0
+        resident_per_tile = footprint_bytes / self.ipu.tiles
+        self.free_per_tile = max(0.0, self.ipu.tile_sram - resident_per_tile)
+        self.overflow_fraction = (
+            max(0.0, (resident_per_tile - self.ipu.tile_sram) / resident_per_tile) if resident_per_tile else 0.0
+        )
 
     def cost(self, op: Op) -> OpCost:
-        """Price one op as one superstep: compute, sync, exchange, plus any streaming-memory phase."""
+        """Price one op as its supersteps plus any streaming-memory phase."""
         eff = self.rates.efficiency
-        assert eff.compute
         assert eff.vector
-        assert eff.exchange
         assert eff.memory_bandwidth
         assert eff.op_overhead is not None
-        clock = self.chip.clock
+        stream_bw = self.chip.memory.main.bandwidth * eff.memory_bandwidth
+        resident_streamed = int(op.bytes * self.overflow_fraction)
         if op.gemm is not None:
-            macs_per_tile = ceil_div(op.gemm.macs, self.ipu.tiles)
-            per_tile_rate = self.ipu.amp_mac_per_clock[self.precision] * eff.compute
-            compute_s = macs_per_tile / per_tile_rate / clock
-            exchanged = sum(t.bytes for t in op.reads if t.role is Role.ACTIVATION)
+            part = self.partition(op)
+            compute_s, exchange_s = part.compute_s + part.reduce_s, part.exchange_s
+            streamed = resident_streamed + part.spill_bytes
             unit = Unit.MATRIX
         else:
-            compute_s = op.flops / (self.rates.vector_flops_per_s * eff.vector)
-            exchanged = 0
-            unit = Unit.VECTOR
-        exchange_s = exchanged / (self.ipu.exchange_bandwidth * eff.exchange)
-        streamed = int(op.bytes * self.overflow_fraction)
-        stream_s = streamed / (self.chip.memory.main.bandwidth * eff.memory_bandwidth)
+            vector_rate = max(1, self.vector_per_tile) * eff.vector * self.chip.clock
+            compute_s = math.ceil(op.flops / self.ipu.tiles) / vector_rate
+            exchange_s, streamed, unit = 0.0, resident_streamed, Unit.VECTOR
+        stream_s = streamed / stream_bw
         overhead_s = self.ipu.sync_latency + eff.op_overhead
         roofline_s = self.rates.roofline_s(op)
         busy_s = max(compute_s + exchange_s + stream_s, roofline_s)
@@ -74,4 +124,87 @@ class IpuModel:
             roofline_s=roofline_s,
             bound=Bound.COMPUTE if compute_s >= exchange_s + stream_s else Bound.MEMORY,
             unit=unit,
+        )
+
+    def partition(self, op: Op) -> IpuPartition:
+        """The partition that finishes first (ties: the earlier candidate).
+
+        ``split`` runs 1, 2, 4, ... while tiles would otherwise idle; for each, ``serial`` runs 1, 2,
+        4, ... until the partition stops spilling (more serial steps would only add syncs).
+        """
+        g = op.gemm
+        assert g is not None
+        blocks = g.batch * ceil_div(g.m, AMP_BLOCK) * ceil_div(g.n, AMP_BLOCK)
+        k_grains = ceil_div(g.k, AMP_K_GRAIN)
+        best: IpuPartition | None = None
+        split = 1
+        while split == 1 or (split <= k_grains and blocks * split // 2 < self.ipu.tiles):
+            serial = 1
+            while serial <= ceil_div(k_grains, split):
+                candidate = self._partition(op, blocks, split, serial)
+                if best is None or candidate.time_s < best.time_s:
+                    best = candidate
+                if candidate.spill_bytes == 0:
+                    break
+                serial *= 2
+            split *= 2
+        assert best is not None
+        return best
+
+    def _partition(self, op: Op, blocks: int, split: int, serial: int) -> IpuPartition:
+        g = op.gemm
+        assert g is not None
+        eff = self.rates.efficiency
+        assert eff.compute
+        assert eff.exchange
+        assert eff.vector
+        assert eff.memory_bandwidth
+        tiles, e, clock = self.ipu.tiles, self.precision.bytes, self.chip.clock
+        units = blocks * split
+        per_tile = ceil_div(units, tiles)
+        tiles_used = min(tiles, units)
+        k_slice = ceil_div(ceil_div(g.k, AMP_K_GRAIN), split) * AMP_K_GRAIN
+        # a serial step holds one chunk of the slice's operands; the outputs accumulate in place
+        k_chunk = ceil_div(ceil_div(k_slice, AMP_K_GRAIN), serial) * AMP_K_GRAIN
+        amp_rate = self.ipu.amp_mac_per_clock[self.precision] * eff.compute
+        compute_s = per_tile * AMP_BLOCK * AMP_BLOCK * k_slice / amp_rate / clock
+        # the busiest tile's blocks form a near-square rectangle of a product's block grid, so they
+        # share their A rows and B columns; a tile with more blocks than a product holds whole products
+        grid_m, grid_n = ceil_div(g.m, AMP_BLOCK), ceil_div(g.n, AMP_BLOCK)
+        if per_tile >= grid_m * grid_n:
+            products = ceil_div(per_tile, grid_m * grid_n)
+            rows, cols = products * grid_m, products * grid_n
+        else:
+            rows = min(grid_m, math.isqrt(per_tile - 1) + 1)
+            cols = min(grid_n, ceil_div(per_tile, rows))
+            rows = min(grid_m, ceil_div(per_tile, cols))
+        window = forward_window(op)
+        if window is None:
+            activations = rows * AMP_BLOCK * k_chunk * e
+        else:
+            # a convolution's tile reads the input patch under its output pixels, not their im2col rows
+            patch = window.footprint_words(min(g.m, rows * AMP_BLOCK))
+            activations = min(rows * AMP_BLOCK * k_chunk, ceil_div(patch * k_chunk, g.k)) * e
+        weights = cols * AMP_BLOCK * k_chunk * e
+        outputs = per_tile * AMP_BLOCK * AMP_BLOCK * (PARTIAL_BYTES if split > 1 else e)
+        operands = activations + weights
+        tile_bytes = operands + outputs
+        tile_exchange_bw = self.ipu.exchange_bandwidth * eff.exchange / tiles
+        exchange_s = serial * operands / tile_exchange_bw + (serial - 1) * self.ipu.sync_latency
+        # the op's own tensors are part of the resident footprint, spread evenly: not counted twice
+        free = min(self.ipu.tile_sram, self.free_per_tile + op.bytes / tiles)
+        spill_per_tile = max(0.0, tile_bytes - free)
+        spill = int(spill_per_tile * tiles_used)
+        stream_s = spill / (self.chip.memory.main.bandwidth * eff.memory_bandwidth)
+        reduce_s = 0.0
+        if split > 1:
+            partials = outputs * (split - 1) / split
+            adds = per_tile * AMP_BLOCK * AMP_BLOCK
+            reduce_s = (
+                self.ipu.sync_latency
+                + partials / tile_exchange_bw
+                + adds / (max(1, self.vector_per_tile) * eff.vector * clock)
+            )
+        return IpuPartition(
+            split, serial, tiles_used, per_tile, tile_bytes, compute_s, exchange_s, spill, stream_s, reduce_s
         )

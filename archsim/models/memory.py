@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from archsim.models.base import ceil_div
+from archsim.models.base import ceil_div, operand_bytes
 from archsim.workloads.trace import Op
 
 
@@ -24,11 +24,10 @@ def wave_shape(m_tiles: int, n_tiles: int, concurrent: int) -> tuple[int, int]:
     return wave_m, wave_n
 
 
-def matrix_dram_bytes(op: Op, m_tiles: int, n_tiles: int, concurrent: int) -> int:
+def matrix_dram_bytes(op: Op, m_tiles: int, n_tiles: int, concurrent: int, element_bytes: int) -> int:
     """Main-memory bytes of a tiled matrix op (reads are ``A``, ``B``, then any extras)."""
-    if len(op.reads) < 2:
+    if op.gemm is None or len(op.reads) < 2:
         return op.bytes
     wave_m, wave_n = wave_shape(m_tiles, n_tiles, concurrent)
-    a, b = op.reads[0].bytes, op.reads[1].bytes
-    extras = sum(t.bytes for t in op.reads[2:])
+    a, b, extras = operand_bytes(op, element_bytes)
     return a * ceil_div(n_tiles, wave_n) + b * ceil_div(m_tiles, wave_m) + extras + op.bytes_written

@@ -1,48 +1,71 @@
-"""Cost model of TPU-style systolic arrays (first-order fold model).
+"""Cost model of TPU-style systolic arrays (TPU v2/v3/v4 and any ``rows x cols`` array).
 
-A matrix product maps onto ``arrays`` arrays of ``rows x cols`` processing elements. The stationary
-operand is cut into folds of one array's size; each fold streams the moving operand through the
-array and pays ``rows + cols - 1`` cycles of fill and drain:
+A matrix product (a convolution through its implicit-GEMM view) is cut into folds of one array's
+size in the chip's dataflow, with SCALE-Sim 3.0's fold timing (:mod:`archsim.models.systolic_map`):
+``T + rows + cols - 2`` cycles per output-stationary fold, ``T + 2 rows + cols - 2`` per weight- or
+input-stationary fold, where ``T`` is the streamed dimension. Folds of all products of a batch are
+spread over the chip's ``cores * arrays_per_core`` arrays, so the busiest array runs
+``ceil(folds / arrays)`` of them; a processing element does ``mac_per_pe_per_clock`` MACs per clock.
 
-* weight-stationary: folds ``ceil(K/rows) * ceil(N/cols)``, each streaming ``M`` rows;
-* output-stationary: folds ``ceil(M/rows) * ceil(N/cols)``, each streaming ``K``;
-* input-stationary: folds ``ceil(K/rows) * ceil(M/cols)``, each streaming ``N``.
-
-Folds are spread over the arrays. The stationary operand is read from main memory once, the moving
-one once per fold of the stationary one (:func:`stationary_tiles`); compute and main-memory traffic overlap
-(double-buffered SRAMs). Element-wise ops run on the vector unit.
+Main-memory traffic follows the reuse model of :mod:`archsim.models.systolic_map` with the chip's
+per-array ifmap/filter/ofmap SRAMs (double-buffered halves): an operand is re-read per fold or per
+pass only when its reused part does not fit, a convolution's input is read through the footprint
+of its output tiles, and partial sums spill only when they do not fit. Compute and main-memory
+traffic overlap (the SRAMs are double-buffered), so an op takes the longer of the two; its
+per-fold stalls are what the SCALE-Sim path (:mod:`archsim.models.systolic_layer`) schedules fold by
+fold. A weight- or input-stationary product whose partial sums do not fit the ofmap SRAM may be cut
+along its streamed dimension (:func:`~archsim.models.systolic_map.split_stream`), as a compiler
+tiles it: each slice pays its own fill and drain and re-reads the stationary operand, and the cut
+that finishes first is chosen. Element-wise ops run on the vector unit. This module imports neither
+numpy nor numba.
 """
 
 from __future__ import annotations
 
-from archsim.models.base import OpCost, Unit, ceil_div, chip_rates, finish
-from archsim.models.memory import matrix_dram_bytes
+from dataclasses import dataclass
+
+from archsim.models.base import OpCost, Unit, ceil_div, chip_rates, finish, operand_bytes
+from archsim.models.systolic_map import ArrayConfig, MatrixLayer, dram_words, fold_grid, forward_window, split_stream
 from archsim.spec.chip import ChipSpec, Dataflow, Efficiency, SystolicSection
 from archsim.spec.common import Precision
-from archsim.workloads.trace import Gemm, Op
+from archsim.workloads.trace import Op
 
 
-def fold_cycles(gemm: Gemm, rows: int, cols: int, arrays: int, dataflow: Dataflow) -> int:
-    """Cycles of a matrix product on ``arrays`` arrays of ``rows x cols``, folds spread evenly."""
-    if dataflow is Dataflow.WEIGHT_STATIONARY:
-        folds, stream = ceil_div(gemm.k, rows) * ceil_div(gemm.n, cols), gemm.m
-    elif dataflow is Dataflow.OUTPUT_STATIONARY:
-        folds, stream = ceil_div(gemm.m, rows) * ceil_div(gemm.n, cols), gemm.k
-    else:
-        folds, stream = ceil_div(gemm.k, rows) * ceil_div(gemm.m, cols), gemm.n
-    return ceil_div(gemm.batch * folds, arrays) * (stream + rows + cols - 1)
+def matrix_layer(op: Op, element_bytes: int) -> MatrixLayer:
+    """One product of a matrix op's batch, with the unique words of its operands.
 
-
-def stationary_tiles(gemm: Gemm, rows: int, cols: int, dataflow: Dataflow) -> tuple[int, int]:
-    """Output tiles ``(m_tiles, n_tiles)`` whose operand panels are re-read.
-
-    The stationary operand is read once, the moving one once per fold of the stationary one.
+    A forward convolution keeps its input geometry, so that its input is read through footprints
+    rather than as its im2col expansion.
     """
-    if dataflow is Dataflow.WEIGHT_STATIONARY:
-        return 1, ceil_div(gemm.n, cols)
-    if dataflow is Dataflow.OUTPUT_STATIONARY:
-        return ceil_div(gemm.m, rows), ceil_div(gemm.n, cols)
-    return ceil_div(gemm.m, cols), 1
+    g = op.gemm
+    assert g is not None
+    if len(op.reads) < 2:
+        layer = MatrixLayer.gemm(g.m, g.n, g.k)
+    else:
+        a, b, _ = operand_bytes(op, element_bytes)
+        per_product = g.batch * element_bytes
+        layer = MatrixLayer(g.m, g.n, g.k, max(1, a // per_product), max(1, b // per_product), g.m * g.n)
+    window = forward_window(op)
+    if window is not None:
+        layer = MatrixLayer(layer.m, layer.n, layer.k, layer.ifmap_words, layer.filter_words, layer.ofmap_words, window)
+    return layer
+
+
+@dataclass(frozen=True, slots=True)
+class SplitChoice:
+    """How a matrix op runs: its streamed dimension cut into ``parts`` slices, and what that costs."""
+
+    parts: int
+    cycles: int
+    """Cycles of the busiest array."""
+    compute_s: float
+    dram_bytes: int
+    memory_s: float
+
+    @property
+    def time_s(self) -> float:
+        """Time with compute and main-memory traffic overlapped."""
+        return max(self.compute_s, self.memory_s)
 
 
 class SystolicModel:
@@ -58,6 +81,45 @@ class SystolicModel:
         vector = self.sys.vector_ops_per_clock.get(precision, 0) * self.sys.cores * chip.clock
         self.rates = chip_rates(chip, efficiency, precision, vector)
         self.arrays = self.sys.cores * self.sys.arrays_per_core
+        e = precision.bytes
+        s = self.sys
+        self.array = ArrayConfig(
+            s.array_rows, s.array_cols, s.dataflow, s.ifmap_sram // e, s.filter_sram // e, s.ofmap_sram // e
+        )
+
+    def best_split(self, op: Op, dram_bytes_per_s: float) -> SplitChoice:
+        """The cut of the streamed dimension into slices that finishes first (ties: fewer slices).
+
+        Candidates are 1, 2, 4, ... slices while a slice still streams at least ``rows`` operands;
+        the candidates do not depend on the SRAM sizes, so more SRAM is never slower.
+        """
+        assert op.gemm is not None
+        e = self.precision.bytes
+        eff = self.rates.efficiency
+        assert eff.compute
+        layer = matrix_layer(op, e)
+        extras = operand_bytes(op, e)[2] if len(op.reads) >= 2 else 0
+        macs_per_pe = self.sys.mac_per_pe_per_clock[self.precision]
+        stream = fold_grid(layer, self.array.rows, self.array.cols, self.array.dataflow).t
+        best: SplitChoice | None = None
+        parts = 1
+        while parts == 1 or (parts <= stream and ceil_div(stream, parts) >= self.array.rows):  # rows may be 1
+            piece = split_stream(layer, self.array.dataflow, parts)
+            grid = fold_grid(piece, self.array.rows, self.array.cols, self.array.dataflow)
+            cycles = ceil_div(op.gemm.batch * parts * grid.folds, self.arrays) * grid.fold_cycles
+            words = dram_words(piece, self.array)
+            moved = words.ifmap_reads + words.filter_reads + words.ofmap_reads + words.ofmap_writes
+            dram = round(moved * e) * op.gemm.batch * parts + extras
+            choice = SplitChoice(
+                parts, cycles, cycles / macs_per_pe / eff.compute / self.chip.clock, dram, dram / dram_bytes_per_s
+            )
+            if best is None or choice.time_s < best.time_s:
+                best = choice
+            if self.array.dataflow is Dataflow.OUTPUT_STATIONARY:
+                break
+            parts *= 2
+        assert best is not None
+        return best
 
     def cost(self, op: Op) -> OpCost:
         """Price one op on the arrays (matrix) or the vector unit."""
@@ -68,12 +130,9 @@ class SystolicModel:
         assert eff.op_overhead is not None
         dram_bw = self.rates.dram_bytes_per_s * eff.memory_bandwidth
         if op.gemm is not None:
-            s = self.sys
-            macs_per_pe = s.mac_per_pe_per_clock[self.precision]
-            cycles = fold_cycles(op.gemm, s.array_rows, s.array_cols, self.arrays, s.dataflow)
-            compute_s = cycles / macs_per_pe / eff.compute / self.chip.clock
-            m_tiles, n_tiles = stationary_tiles(op.gemm, s.array_rows, s.array_cols, s.dataflow)
-            dram = matrix_dram_bytes(op, m_tiles, n_tiles, self.arrays)
-            return finish(self.rates, op, compute_s, dram / dram_bw, eff.op_overhead, dram, Unit.MATRIX)
+            choice = self.best_split(op, dram_bw)
+            return finish(
+                self.rates, op, choice.compute_s, choice.memory_s, eff.op_overhead, choice.dram_bytes, Unit.MATRIX
+            )
         compute_s = op.flops / (self.rates.vector_flops_per_s * eff.vector)
         return finish(self.rates, op, compute_s, op.bytes / dram_bw, eff.op_overhead, op.bytes, Unit.VECTOR)

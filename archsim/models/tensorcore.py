@@ -8,7 +8,8 @@ that finishes first, as cuBLAS/cuDNN heuristics do. Tiles are spread over the SM
 busiest SM runs ``ceil(tiles / SMs)`` tiles: that is the wave quantization that makes a kernel of
 81 tiles on 80 SMs take twice as long as one of 80. An SM with too few resident warps cannot keep its
 tensor cores busy (:data:`WARPS_FOR_FULL_RATE`), and an output with too few tiles to fill the SMs
-is split along ``K`` (split-K), paying for the fp32 partial sums in memory. Main-memory traffic
+is split along ``K`` (split-K), paying for the fp32 partial sums in memory. Each wave also pays a
+fixed pipeline fill and drain (the family's ``wave_overhead``). Main-memory traffic
 follows the L2 reuse model of :mod:`archsim.models.memory` (a wave of tiles shares its operand
 panels through L2), and the tile shape is chosen on both compute and memory time; compute and
 memory overlap (the kernel double-buffers), and each kernel pays a launch overhead.
@@ -25,7 +26,7 @@ from archsim.models.base import ChipRates, OpCost, Unit, ceil_div, chip_rates, f
 from archsim.models.memory import matrix_dram_bytes
 from archsim.spec.chip import ChipSpec, Efficiency, TensorCoreSection
 from archsim.spec.common import Precision
-from archsim.workloads.trace import Op
+from archsim.workloads.trace import Op, Phase
 
 TILE_K = 32
 """Depth of one main-loop step of a tile (elements of K staged in shared memory at once)."""
@@ -41,7 +42,10 @@ WARPS_FOR_FULL_RATE = 8
 """Resident warps an SM needs to keep its tensor cores busy (two per sub-partition, one computing
 while the other waits on shared memory); fewer warps reach a proportional share of the peak."""
 SPLIT_K = (1, 2, 4, 8, 16, 32)
-"""Split-K factors a kernel may use when the output has too few tiles to fill the SMs."""
+"""Split-K factors a kernel may use when the output has too few tiles to fill the SMs. Matrix
+products (cuBLAS) and weight-gradient convolutions (whose reduction runs over batch and pixels)
+split K; forward and data-gradient convolutions (implicit GEMM, as in cuDNN's
+IMPLICIT_PRECOMP_GEMM) do not."""
 MIN_K_PER_SPLIT = 4 * TILE_K
 """Smallest slice of K a split-K block works on."""
 
@@ -74,6 +78,7 @@ class TensorCoreModel:
         vector_scale = 2 if precision.bytes == 2 else 1
         vector_flops = 2.0 * fp32_fma * vector_scale * self.tc.sm_count * chip.clock
         self.rates: ChipRates = chip_rates(chip, efficiency, precision, vector_flops)
+        self._tile_memo: dict[object, TileChoice] = {}
         per_tc = self.tc.tensor_fma_per_clock.get(precision)
         if per_tc is not None:
             self.sm_macs_per_clock = per_tc * self.tc.tensor_cores_per_sm
@@ -96,11 +101,23 @@ class TensorCoreModel:
         return finish(self.rates, op, compute_s, op.bytes / dram_bw, eff.op_overhead, op.bytes, Unit.VECTOR)
 
     def best_tile(self, op: Op, dram_bytes_per_s: float) -> TileChoice:
-        """The feasible tile shape that finishes first (ties: the earlier shape)."""
+        """The feasible tile shape that finishes first (ties: the earlier shape).
+
+        The choice depends only on the product's shape and its tensors' sizes, so it is memoized:
+        networks repeat the same layer shapes many times.
+        """
+        key = (op.gemm, tuple(t.bytes for t in op.reads), op.bytes_written)
+        found = self._tile_memo.get(key)
+        if found is None:
+            found = self._best_tile(op, dram_bytes_per_s)
+            self._tile_memo[key] = found
+        return found
+
+    def _best_tile(self, op: Op, dram_bytes_per_s: float) -> TileChoice:
         best: TileChoice | None = None
         for tile_m, tile_n, threads in TILE_SHAPES:
             for split in SPLIT_K:
-                if split > 1 and op.gemm is not None and op.gemm.k < split * MIN_K_PER_SPLIT:
+                if split > 1 and (not self._may_split(op) or op.gemm is None or op.gemm.k < split * MIN_K_PER_SPLIT):
                     break
                 choice = self._tile(op, tile_m, tile_n, threads, split, dram_bytes_per_s)
                 if choice is not None and (
@@ -109,6 +126,11 @@ class TensorCoreModel:
                     best = choice
         assert best is not None, "the smallest tile always fits an SM"
         return best
+
+    @staticmethod
+    def _may_split(op: Op) -> bool:
+        """Matrix products and weight-gradient convolutions may split K; other convolutions do not."""
+        return op.conv is None or op.phase is Phase.BACKWARD_WEIGHT
 
     def _tile(
         self, op: Op, tile_m: int, tile_n: int, threads: int, split: int, dram_bytes_per_s: float
@@ -133,12 +155,21 @@ class TensorCoreModel:
         macs_on_busiest_sm = tiles_on_busiest_sm * tile_m * tile_n * k_steps * TILE_K
         resident_warps = min(tiles_on_busiest_sm, blocks_per_sm) * threads // 32
         occupancy = min(1.0, resident_warps / WARPS_FOR_FULL_RATE)
-        assert self.rates.efficiency.compute is not None
-        rate = self.sm_macs_per_clock * self.rates.efficiency.compute * occupancy * self.chip.clock
-        dram = matrix_dram_bytes(op, m_tiles, n_tiles, tc.sm_count * blocks_per_sm)
+        waves = ceil_div(tiles_on_busiest_sm, blocks_per_sm)
+        eff = self.rates.efficiency
+        assert eff.compute is not None
+        assert eff.wave_overhead is not None
+        rate = self.sm_macs_per_clock * eff.compute * occupancy * self.chip.clock
+        dram = matrix_dram_bytes(op, m_tiles, n_tiles, tc.sm_count * blocks_per_sm, self.precision.bytes)
         if split > 1:
             # partial sums go out in fp32 and are read back by the reduction
             dram += 2 * split * gemm.batch * gemm.m * gemm.n * ACCUMULATOR_BYTES
         return TileChoice(
-            tile_m, tile_n, blocks_per_sm, tiles, macs_on_busiest_sm / rate, dram, dram / dram_bytes_per_s
+            tile_m,
+            tile_n,
+            blocks_per_sm,
+            tiles,
+            macs_on_busiest_sm / rate + waves * eff.wave_overhead,
+            dram,
+            dram / dram_bytes_per_s,
         )

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from archsim.api import Target, run_trace
 from archsim.models import CostModel, cost_model_for
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import replace_path
 from archsim.spec.library import Library
-from archsim.workloads.trace import Op
-from tests.strategies import any_ops, gemm_ops
+from archsim.testing.strategies import any_ops, gemm_ops, traces
+from archsim.workloads.trace import Op, Trace
 
 CHIPS = ["v100", "a100", "h100", "gc2", "ipu", "ascend910", "tpu-v2", "tpu-v3", "tpu-v4", "systolic-32x32"]
 LIBRARY = Library(use_env=False)
@@ -35,12 +37,13 @@ def section_paths(chip: ChipSpec) -> list[str]:
     if chip.tensorcore is not None:
         paths += ["tensorcore.sm_count", "tensorcore.l2_cache", "tensorcore.shared_memory_per_sm"]
     if chip.ipu is not None:
-        paths += ["ipu.exchange_bandwidth", "memory.onchip.bandwidth"]
+        paths += ["ipu.exchange_bandwidth", "memory.onchip.bandwidth", "ipu.tile_sram"]
     if chip.cube is not None:
-        paths += ["cube.ai_cores"]
+        paths += ["cube.ai_cores", "cube.l0a", "cube.l0b", "cube.l0c", "cube.l1"]
     if chip.systolic is not None:
         # a larger array is not "more units": its fill and drain grow, and small products do get slower
         paths += ["systolic.arrays_per_core", "systolic.cores"]
+        paths += ["systolic.ifmap_sram", "systolic.filter_sram", "systolic.ofmap_sram"]
     return paths
 
 
@@ -67,3 +70,26 @@ def test_more_resources_never_slower(name: str, op: Op) -> None:
     for path in section_paths(chip):
         bigger = scaled(chip, path, 2)
         assert model(bigger).cost(op).time_s <= base * (1 + 1e-12), path
+
+
+@pytest.mark.parametrize("name", ["gc2", "ipu"])
+@settings(max_examples=40, deadline=None)
+@given(op=gemm_ops(), fill=st.floats(min_value=0.0, max_value=1.5))
+def test_ipu_more_tile_sram_or_streaming_bandwidth_never_slower(name: str, op: Op, fill: float) -> None:
+    """With the resident data filling ``fill`` of the in-processor memory, partitions spill."""
+    chip = LIBRARY.chip(name)
+    assert chip.memory.onchip is not None
+    footprint = int(fill * chip.memory.onchip.capacity)
+    base = model(chip, footprint).cost(op).time_s
+    for path in ("ipu.tile_sram", "memory.main.bandwidth", "ipu.exchange_bandwidth"):
+        assert model(scaled(chip, path, 2), footprint).cost(op).time_s <= base * (1 + 1e-12), path
+
+
+@pytest.mark.parametrize("name", CHIPS)
+@settings(max_examples=5, deadline=None)
+@given(data=st.data())
+def test_utilization_never_above_one(name: str, data: st.DataObject) -> None:
+    chip = LIBRARY.chip(name)
+    trace: Trace = data.draw(traces(chip.default_precision))
+    result = run_trace(Target(chip.name, chip), trace, LIBRARY)
+    assert 0 <= result.utilization <= 1
