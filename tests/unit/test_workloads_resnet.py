@@ -187,8 +187,8 @@ def test_conv_backward_views(train256: Trace) -> None:
         assert weight.conv == c
         assert weight.gemm is not None
         assert (weight.gemm.m, weight.gemm.n, weight.gemm.k) == (
-            c.k,
             c.c * c.r * c.s,
+            c.k,
             c.n * c.p * c.q,
         )
         assert data.gemm is not None

@@ -1,0 +1,97 @@
+"""Validation tables (``validation/NAME.yaml``, ``kind: validation``).
+
+Published measurements, each mapped to the archsim run that predicts it.
+
+A row names a target, a workload and its settings, which metric was measured (``throughput`` of the
+whole target in samples/s, or ``op_time``: the time of the op of ``phase`` in the run, in ms), the
+published value with its unit and source, and the group it belongs to (``operator``, ``single_chip``,
+``multi_chip``). The table states the error tolerance of each group.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Literal
+
+from pydantic import StrictFloat, StrictInt, model_validator
+
+from archsim.spec.common import Count, Fraction, Name, Precision, Spec
+
+
+class Group(enum.StrEnum):
+    """What a row measures: one kernel, one chip's step, or a multi-chip system's step."""
+
+    OPERATOR = "operator"
+    SINGLE_CHIP = "single_chip"
+    MULTI_CHIP = "multi_chip"
+
+
+class Metric(enum.StrEnum):
+    """The measured quantity."""
+
+    THROUGHPUT = "throughput"
+    OP_TIME = "op_time"
+
+
+UNITS = {Metric.THROUGHPUT: ("img/s", "seq/s"), Metric.OP_TIME: ("ms",)}
+
+
+class Row(Spec):
+    """One published number and the run that predicts it."""
+
+    id: Name
+    group: Group
+    target: str
+    workload: str
+    mode: Literal["train", "infer"]
+    batch: Count | None = None
+    seq_len: Count | None = None
+    precision: Precision
+    metric: Metric
+    phase: Literal["fwd", "bwd_data", "bwd_weight", "update"] | None = None
+    """For ``op_time``: the phase of the op whose time was measured (a run has one op per phase)."""
+    published: StrictFloat | StrictInt
+    unit: str
+    source: str
+    notes: str = ""
+    known_outside: str | None = None
+    """Why the row is known to fall outside its tolerance today (its test is then an expected
+    failure, and turns into a failure the day the row comes inside, so the note gets removed)."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Row:
+        if self.unit not in UNITS[self.metric]:
+            allowed = ", ".join(UNITS[self.metric])
+            raise ValueError(f"unit {self.unit!r} does not fit metric {self.metric.value} ({allowed})")
+        if (self.metric is Metric.OP_TIME) != (self.phase is not None):
+            raise ValueError("phase is required with metric op_time and only there")
+        if self.published <= 0:
+            raise ValueError(f"published must be positive, got {self.published}")
+        return self
+
+    @property
+    def published_si(self) -> float:
+        """The published value in SI units: samples/s, or seconds."""
+        return self.published / 1e3 if self.unit == "ms" else float(self.published)
+
+
+class ValidationSpec(Spec):
+    """A validation table."""
+
+    schema_version: Literal[1]
+    kind: Literal["validation"]
+    name: Name
+    description: str
+    tolerance: dict[Group, Fraction]
+    rows: tuple[Row, ...]
+
+    @model_validator(mode="after")
+    def _unique(self) -> ValidationSpec:
+        ids = [row.id for row in self.rows]
+        duplicates = sorted({i for i in ids if ids.count(i) > 1})
+        if duplicates:
+            raise ValueError(f"rows: duplicate id {duplicates[0]!r}")
+        missing = sorted({row.group.value for row in self.rows} - {g.value for g in self.tolerance})
+        if missing:
+            raise ValueError(f"tolerance: no tolerance for group {missing[0]!r}")
+        return self

@@ -1,0 +1,77 @@
+"""Fit the efficiency parameters of each family to validation/published.yaml and write them back.
+
+Usage: python scripts/calibrate.py [--family tensorcore ...] [--folds 5] [--dry-run]
+
+For each family that has rows in the table, prints the parameters before and after, the MAPE per
+group before and after, and the k-fold cross-validated MAPE (each row predicted by parameters
+fitted without it), then writes the fitted values into chips/families/FAMILY.yaml (unless
+--dry-run). Only the rows of the table are used: calibration.csv, nothing else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from archsim.spec.chip import Family
+from archsim.spec.library import Library
+from archsim.spec.validation import Group
+from archsim.validation.calibrate import Fit, fit_family, format_value, write_family
+
+
+def percent(value: float | None) -> str:
+    return "   n/a" if value is None else f"{100 * value:5.1f}%"
+
+
+def show(fit: Fit) -> None:
+    print(f"\n== {fit.family.value}: {fit.rows} rows, {fit.evaluations} evaluations")
+    print(f"{'parameter':<18} {'before':>12} {'after':>12}")
+    for name in fit.names:
+        print(
+            f"{name:<18} {format_value(name, getattr(fit.before, name)):>12} "
+            f"{format_value(name, getattr(fit.after, name)):>12}"
+        )
+    print(f"\n{'MAPE':<18} {'before':>8} {'after':>8} {'cross-val':>10}")
+    for group in [*Group, None]:
+        label = group.value if group else "overall"
+        before, after = fit.report_before.mape(group), fit.report_after.mape(group)
+        if before is None:
+            continue
+        print(f"{label:<18} {percent(before):>8} {percent(after):>8} {percent(fit.cross_validated[label]):>10}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--family", action="append", choices=[f.value for f in Family])
+    parser.add_argument("--table", default="published")
+    parser.add_argument("--folds", type=int, default=5)
+    parser.add_argument("--max-evaluations", type=int, default=400)
+    parser.add_argument("--dry-run", action="store_true", help="print the fit, do not write YAML")
+    args = parser.parse_args()
+    library = Library(use_env=False)
+    table = library.validation(args.table)
+    present = {Family(library.chip(r.target).family) for r in table.rows if _is_chip(library, r.target)}
+    families = [Family(f) for f in args.family] if args.family else sorted(present, key=lambda f: f.value)
+    for family in families:
+        fit = fit_family(
+            library,
+            family,
+            args.table,
+            args.folds,
+            args.max_evaluations,
+            progress=lambda m: print(m, file=sys.stderr, flush=True),
+        )
+        show(fit)
+        if not args.dry_run:
+            path = library.find(["family"], family.value).path
+            write_family(path, fit, args.table)
+            print(f"wrote {path}")
+    return 0
+
+
+def _is_chip(library: Library, name: str) -> bool:
+    return any(name in (e.name, *e.aliases) for e in library.entries("chip"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

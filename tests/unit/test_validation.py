@@ -1,0 +1,135 @@
+"""The validation machinery: the table loads, reports compute MAPE, the CLI and the figure show them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from archsim.cli import main
+from archsim.errors import SpecError
+from archsim.results.figures import validation_scatter
+from archsim.spec.library import Library
+from archsim.spec.validation import Group
+from archsim.validation import validate
+from archsim.validation.calibrate import format_value
+
+ROW = {
+    "id": "one-gemm",
+    "group": "operator",
+    "target": "v100",
+    "workload": "gemm:1024x1024x1024",
+    "mode": "infer",
+    "precision": "fp16",
+    "metric": "op_time",
+    "phase": "fwd",
+    "published": 0.02,
+    "unit": "ms",
+    "source": "test",
+}
+
+
+def table(tmp_path: Path, rows: list[dict[str, object]]) -> Path:
+    data = {
+        "schema_version": 1,
+        "kind": "validation",
+        "name": "mine",
+        "description": "test table",
+        "tolerance": {"operator": 0.5, "single_chip": 0.5},
+        "rows": rows,
+    }
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_builtin_table_covers_the_calibration_file(library: Library) -> None:
+    spec = library.validation("published")
+    groups = {row.group for row in spec.rows}
+    assert {Group.OPERATOR, Group.SINGLE_CHIP} <= groups
+    assert len(spec.rows) >= 50
+    assert all(row.source for row in spec.rows)
+
+
+def test_report_error_and_mape(tmp_path: Path, library: Library) -> None:
+    report = validate(library, str(table(tmp_path, [ROW])))
+    (result,) = report.rows
+    assert result.error == pytest.approx(result.predicted / 0.02 - 1)
+    assert report.mape() == pytest.approx(abs(result.error))
+    assert report.mape(Group.SINGLE_CHIP) is None
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ({"unit": "img/s"}, "does not fit metric op_time"),
+        ({"phase": None}, "phase is required"),
+        ({"published": -1}, "published must be positive"),
+        ({"group": "galactic"}, "rows[0].group"),
+    ],
+)
+def test_bad_rows_are_spec_errors(tmp_path: Path, library: Library, change: dict[str, object], fragment: str) -> None:
+    with pytest.raises(SpecError, match=fragment.replace("[", r"\[").replace("]", r"\]")):
+        validate(library, str(table(tmp_path, [{**ROW, **change}])))
+
+
+def test_validate_cli_json_and_plot(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = table(tmp_path, [ROW, {**ROW, "id": "second", "workload": "gemm:2048x2048x2048", "published": 0.1}])
+    plot = tmp_path / "v.html"
+    assert main(["validate", "--table", str(path), "--json", "--plot", str(plot)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["id"] for r in out["rows"]] == ["one-gemm", "second"]
+    assert out["mape"]["overall"] == pytest.approx(sum(abs(r["error"]) for r in out["rows"]) / 2)
+    assert "<html>" in plot.read_text()[:100]
+
+
+def test_validate_cli_exit_status_ignores_error_size(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = table(tmp_path, [{**ROW, "published": 1e6}])  # absurdly far off: still exit 0
+    assert main(["validate", "--table", str(path)]) == 0
+    assert "MAPE operator" in capsys.readouterr().out
+
+
+def test_validate_cli_fails_on_a_row_that_cannot_run(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = table(tmp_path, [{**ROW, "target": "v999"}])
+    assert main(["validate", "--table", str(path)]) == 2
+    assert "v999: unknown chip" in capsys.readouterr().err
+
+
+def test_scatter_holds_every_row(tmp_path: Path, library: Library) -> None:
+    report = validate(
+        library,
+        str(
+            table(
+                tmp_path,
+                [
+                    ROW,
+                    {
+                        **ROW,
+                        "id": "b",
+                        "group": "single_chip",
+                        "metric": "throughput",
+                        "phase": None,
+                        "unit": "img/s",
+                        "workload": "resnet50",
+                        "batch": 2,
+                        "published": 500,
+                    },
+                ],
+            )
+        ),
+    )
+    figure = validation_scatter(report)
+    points = {t.name: (list(t.x), list(t.y)) for t in figure.data}
+    assert points["operator"] == ([0.02], [report.rows[0].predicted])
+    assert points["single_chip"] == ([500], [report.rows[1].predicted])
+    assert figure.layout.xaxis.type == "log" and figure.layout.yaxis.type == "log"
+    plus = points["+10%"]
+    assert plus[1][0] == pytest.approx(plus[0][0] * 1.1)
+
+
+def test_fitted_values_are_written_with_units() -> None:
+    assert format_value("op_overhead", 1.73e-5) == '"17.3 us"'
+    assert format_value("step_overhead", 3.07e-3) == '"3.07 ms"'
+    assert format_value("compute", 0.76812) == "0.768"
