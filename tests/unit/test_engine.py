@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from archsim.engine import replay
 from archsim.models.base import Bound, OpCost, Unit
 from archsim.spec.common import Precision
+from archsim.testing.strategies import traces
 from archsim.workloads.trace import Mode, Op, OpKind, Phase, Trace
-from tests.strategies import traces
 
 
 @dataclass

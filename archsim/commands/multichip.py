@@ -1,0 +1,107 @@
+"""The multi-chip options of ``archsim run`` (systems, data and pipeline parallelism, timelines).
+
+Kept apart from :mod:`archsim.commands.run` so that ``run`` only wires them in: :func:`add_arguments`
+registers the options, :func:`simulate_args` runs what they ask for (writing ``--timeline`` before
+anything is printed, so a failed write leaves standard output empty) and :func:`summary_lines` prints
+the multi-chip part of the human summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from archsim.cli import positive_int
+from archsim.errors import UnitError
+from archsim.results.records import RunResult
+from archsim.results.timeline import write_timeline
+from archsim.systems import simulate_system
+from archsim.units import format_bytes, format_time, parse_bytes
+
+
+def byte_size(text: str) -> int:
+    """Argument type of sizes with a unit (``--bucket-size 25MiB``)."""
+    try:
+        return parse_bytes(text)
+    except UnitError as err:
+        raise argparse.ArgumentTypeError(err.problem) from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the multi-chip options on ``archsim run``."""
+    group = parser.add_argument_group("multi-chip systems (TARGET is a system, e.g. dgx1, ipu-pod16, tpu-v3-pod)")
+    group.add_argument(
+        "--nodes", type=positive_int, default=None, help="copies of the system joined by its scale-out fabric"
+    )
+    group.add_argument(
+        "--pipeline-stages", type=positive_int, default=1, metavar="P", help="chips per pipeline (default 1)"
+    )
+    group.add_argument(
+        "--microbatches", type=positive_int, default=None, metavar="M", help="microbatches per step (default 4 x P)"
+    )
+    group.add_argument("--schedule", choices=["1f1b", "gpipe"], default="1f1b", help="pipeline schedule")
+    group.add_argument(
+        "--collective",
+        choices=["auto", "ring", "tree", "hierarchical", "torus"],
+        default="auto",
+        help="all-reduce algorithm (default: the system's)",
+    )
+    group.add_argument(
+        "--bucket-size", type=byte_size, default=None, metavar="SIZE", help="gradient bucket (default 25MiB)"
+    )
+    group.add_argument(
+        "--no-overlap", action="store_true", help="all-reduce gradients after the backward pass, not during it"
+    )
+    group.add_argument(
+        "--timeline", default=None, metavar="FILE", help="write a Chrome/Perfetto trace-event JSON of the step"
+    )
+
+
+def simulate_args(args: argparse.Namespace) -> RunResult:
+    """Run ``archsim run ARGS`` and write its timeline if asked; returns the result to print."""
+    run = simulate_system(
+        args.target,
+        args.workload,
+        mode=args.mode,
+        batch=args.batch,
+        precision=args.precision,
+        seq_len=args.seq_len,
+        nodes=args.nodes,
+        pipeline_stages=args.pipeline_stages,
+        microbatches=args.microbatches,
+        schedule=args.schedule,
+        collective=None if args.collective == "auto" else args.collective,
+        bucket_bytes=args.bucket_size,
+        overlap=not args.no_overlap,
+        record=args.timeline is not None,
+        search_path=args.lib,
+    )
+    if args.timeline is not None:
+        write_timeline(run.timeline, args.timeline)
+    return run.result
+
+
+def summary_lines(result: RunResult) -> list[str]:
+    """The multi-chip lines of the human summary (none for a single chip)."""
+    if result.system is None:
+        return []
+    lines = [
+        f"system        {result.system}: {result.num_chips} chips, {result.nodes} node(s), data parallel "
+        f"{result.data_parallel} x pipeline {result.pipeline_stages}, global batch {result.global_batch}",
+        f"scaling       {100 * result.scaling_efficiency:.1f}% of {result.num_chips} x one chip "
+        f"({result.single_chip_throughput:.1f} samples/s alone)",
+        f"communication {format_time(result.comm_s)} in flight, {format_time(result.exposed_comm_s)} exposed"
+        + (f" ({result.collective} all-reduce)" if result.collective else ""),
+    ]
+    if result.pipeline_stages > 1:
+        lines.append(
+            f"pipeline      {result.schedule}, {result.microbatches} microbatches, bubble "
+            f"{format_time(result.bubble_s)} per stage ({100 * result.bubble_fraction:.1f}% of the pipeline)"
+        )
+    elif result.microbatches > 1:
+        lines.append(f"accumulation  {result.microbatches} microbatches of {result.batch // result.microbatches}")
+    for link in result.links:
+        lines.append(
+            f"  link {link.tier:<10} {link.link:<10} {link.direction:<3} {format_bytes(link.bytes):>10} per link, "
+            f"utilization {100 * link.utilization:.2f}% (max {100 * link.max_utilization:.2f}%)"
+        )
+    return lines

@@ -1,0 +1,109 @@
+"""Chrome / Perfetto trace-event export of a step: one lane per chip for compute, one per link.
+
+The file is the JSON object form of the Trace Event Format (``{"traceEvents": [...]}``) that
+https://ui.perfetto.dev and chrome://tracing open. Every event has ``ph``, ``ts``, ``pid``, ``tid`` and
+``name``; timestamps and durations are microseconds. Busy intervals are complete events (``ph: X``,
+``dur >= 0``); metadata events (``ph: M``) name the two processes (``chips``, ``links``) and every lane.
+
+Chips: one lane per chip up to :data:`MIRRORED_CHIPS` chips, each showing its representative's ops
+(by symmetry every data-parallel replica runs the same schedule at the same time); beyond that, one
+lane per representative chip, named for the chips it stands for. Links: one lane per representative
+link the engine simulated (each stands for every link in its position).
+
+:func:`write_timeline` writes atomically: to a temporary file in the same folder, then renamed over
+the target, so a failed run leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from archsim.errors import UsageError
+
+MIRRORED_CHIPS = 64
+"""Systems up to this many chips get one compute lane per chip."""
+CHIPS_PID = 1
+LINKS_PID = 2
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineSpan:
+    """One busy interval on a lane, in seconds of simulated time."""
+
+    name: str
+    start_s: float
+    end_s: float
+    category: str = ""
+
+
+@dataclass
+class Timeline:
+    """Lanes of a step: compute per chip, transfers per link."""
+
+    chips: list[tuple[str, list[TimelineSpan]]] = field(default_factory=list)
+    links: list[tuple[str, list[TimelineSpan]]] = field(default_factory=list)
+
+
+def _us(seconds: float) -> float:
+    return round(seconds * 1e6, 6)
+
+
+def _lanes(pid: int, lanes: Sequence[tuple[str, list[TimelineSpan]]], events: list[dict[str, Any]]) -> None:
+    for tid, (name, spans) in enumerate(lanes):
+        events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "ts": 0, "args": {"name": name}})
+        events.append(
+            {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "ts": 0, "args": {"sort_index": tid}}
+        )
+        for span in spans:
+            event: dict[str, Any] = {
+                "ph": "X",
+                "name": span.name,
+                "pid": pid,
+                "tid": tid,
+                "ts": _us(span.start_s),
+                "dur": max(0.0, _us(span.end_s) - _us(span.start_s)),
+            }
+            if span.category:
+                event["cat"] = span.category
+            events.append(event)
+
+
+def trace_events(timeline: Timeline) -> dict[str, Any]:
+    """The trace-event JSON object of a timeline."""
+    events: list[dict[str, Any]] = [
+        {"ph": "M", "name": "process_name", "pid": CHIPS_PID, "tid": 0, "ts": 0, "args": {"name": "chips"}},
+        {"ph": "M", "name": "process_name", "pid": LINKS_PID, "tid": 0, "ts": 0, "args": {"name": "links"}},
+    ]
+    _lanes(CHIPS_PID, timeline.chips, events)
+    _lanes(LINKS_PID, timeline.links, events)
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"generator": "archsim"}}
+
+
+def write_timeline(timeline: Timeline, path: str | os.PathLike[str]) -> None:
+    """Write the trace-event file atomically; a failure raises UsageError naming the path."""
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    try:
+        handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+    except OSError as err:
+        raise UsageError(str(path), "--timeline", f"cannot write: {err.strerror}") from None
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            json.dump(trace_events(timeline), out, separators=(",", ":"), allow_nan=False)
+            out.flush()
+            os.fsync(out.fileno())
+        mask = os.umask(0)  # mkstemp creates 0600; give the file the mode open() would have
+        os.umask(mask)
+        os.chmod(temporary, 0o666 & ~mask)
+        os.replace(temporary, target)
+    except BaseException as err:
+        Path(temporary).unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise UsageError(str(path), "--timeline", f"cannot write: {err.strerror}") from None
+        raise

@@ -1,0 +1,170 @@
+"""System descriptions (``interconnect/NAME.yaml``, ``kind: system``): many chips joined by links.
+
+A system names its chip and its *levels*, a mapping from level name to level, innermost first (in
+file order). The first level groups ``size`` chips; each further level groups ``size`` copies of
+everything before it (its *members*). Every level says how its members are joined (``topology``), by
+which link type (``link``, the name of an ``interconnect/`` link file) and how many links (``links``):
+
+=============  ==============================================================================
+topology       meaning of ``links`` (and the extra field it needs)
+=============  ==============================================================================
+``switch``     ports of one member into a non-blocking switch fabric (NVSwitch, an InfiniBand or
+               Ethernet fat tree); every other member is one hop away
+``full-mesh``  links between every pair of members (Ascend HCCS within a 4-chip group)
+``ring``       links from a member to each of its two ring neighbours, per direction
+``torus``      links per direction in each dimension of ``shape`` (wraparound in every dimension)
+``graph``      none: ``connections`` lists ``[a, b, links]`` per joined pair (DGX-1's hybrid
+               cube-mesh); collectives run on the edge-disjoint Hamiltonian rings found in it
+=============  ==============================================================================
+
+``scale_out`` (optional) declares the fabric that joins copies of the whole system: ``archsim run
+SYSTEM ... --nodes N`` adds it as an outer level of ``N`` members, each with ``links`` ports. Without it
+``--nodes`` is an error. ``collective`` is the all-reduce algorithm used when none is asked for.
+
+Every number cites a source in ``sources``: the keys ``chip``, ``levels.NAME`` (or
+``levels.NAME.FIELD``) for every level and ``scale_out`` (or ``scale_out.FIELD``) are required.
+
+```yaml
+levels:
+  node: {size: 8, topology: switch, link: nvswitch2, links: 12}
+scale_out: {link: ib-hdr, links: 8}
+```
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from typing import Literal
+
+from pydantic import Field, StrictInt, model_validator
+
+from archsim.limits import MAX_SYSTEM_CHIPS
+from archsim.spec.common import Count, Name, Spec
+
+
+class Topology(enum.StrEnum):
+    """How the members of one level are joined."""
+
+    SWITCH = "switch"
+    FULL_MESH = "full-mesh"
+    RING = "ring"
+    TORUS = "torus"
+    GRAPH = "graph"
+
+
+class Algorithm(enum.StrEnum):
+    """All-reduce algorithms (see :mod:`archsim.engine.collectives`)."""
+
+    AUTO = "auto"
+    RING = "ring"
+    TREE = "tree"
+    HIERARCHICAL = "hierarchical"
+    TORUS = "torus"
+
+
+class Level(Spec):
+    """One level of a system: ``size`` members joined by ``topology`` over links of type ``link``."""
+
+    size: Count
+    """Members in one group of this level (chips at level 0)."""
+    topology: Topology
+    link: Name
+    """Link type, by name (``interconnect/*.yaml``, ``kind: link``)."""
+    links: Count | None = None
+    """Links per member (see the module docstring for each topology); not used by ``graph``."""
+    shape: tuple[Count, ...] | None = None
+    """Torus dimensions, innermost first; their product is ``size``."""
+    connections: tuple[tuple[StrictInt, StrictInt, StrictInt], ...] | None = None
+    """Graph edges ``[a, b, links]`` between members ``a`` and ``b`` (0-based)."""
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _fields_of_topology(self) -> Level:
+        graph = self.topology is Topology.GRAPH
+        if graph and self.links is not None:
+            raise ValueError("a graph level gives its links in connections, not in links")
+        if not graph and self.links is None:
+            raise ValueError(f"a {self.topology.value} level needs links (links per member)")
+        if self.topology is Topology.TORUS:
+            if not self.shape:
+                raise ValueError("a torus level needs shape (its dimensions)")
+            if math.prod(self.shape) != self.size:
+                raise ValueError(f"shape {list(self.shape)} has {math.prod(self.shape)} members, size is {self.size}")
+        elif self.shape is not None:
+            raise ValueError(f"shape is only for torus levels, not {self.topology.value}")
+        if graph:
+            self._check_connections()
+        elif self.connections is not None:
+            raise ValueError(f"connections are only for graph levels, not {self.topology.value}")
+        return self
+
+    def _check_connections(self) -> None:
+        if not self.connections:
+            raise ValueError("a graph level needs connections ([a, b, links] per joined pair)")
+        seen: set[tuple[int, int]] = set()
+        for a, b, count in self.connections:
+            if not (0 <= a < self.size and 0 <= b < self.size) or a == b:
+                raise ValueError(f"connection [{a}, {b}, {count}] must join two different members 0..{self.size - 1}")
+            if count < 1:
+                raise ValueError(f"connection [{a}, {b}, {count}] needs at least one link")
+            pair = (min(a, b), max(a, b))
+            if pair in seen:
+                raise ValueError(f"members {pair[0]} and {pair[1]} are joined twice")
+            seen.add(pair)
+
+
+class ScaleOut(Spec):
+    """The fabric that joins copies of the whole system (``--nodes N``)."""
+
+    topology: Literal["switch"] = "switch"
+    link: Name
+    links: Count
+    """Ports of one copy of the system (one node) into the scale-out fabric."""
+    max_nodes: Count | None = None
+    """Largest ``--nodes`` the fabric is documented for (None: no stated limit)."""
+
+
+class SystemSpec(Spec):
+    """A multi-chip system: its chip, its levels innermost first, and an optional scale-out fabric."""
+
+    schema_version: Literal[1]
+    kind: Literal["system"]
+    name: Name
+    aliases: tuple[Name, ...] = ()
+    description: str
+    chip: Name
+    """The chip, by name or alias (``chips/*.yaml``)."""
+    levels: dict[Name, Level] = Field(min_length=1)
+    """Levels by name, innermost first."""
+    scale_out: ScaleOut | None = None
+    collective: Algorithm = Algorithm.HIERARCHICAL
+    """Default all-reduce algorithm (``--collective auto`` picks it)."""
+    sources: dict[str, str]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SystemSpec:
+        if self.num_chips > MAX_SYSTEM_CHIPS:
+            raise ValueError(f"levels: {self.num_chips} chips in all, more than the {MAX_SYSTEM_CHIPS} allowed")
+        if self.collective is Algorithm.AUTO:
+            raise ValueError("collective: name an algorithm (ring, tree, hierarchical, torus), not auto")
+        if self.collective is Algorithm.TORUS and not any(lv.topology is Topology.TORUS for lv in self.levels.values()):
+            raise ValueError("collective: torus needs a torus level")
+        return self
+
+    @property
+    def num_chips(self) -> int:
+        """Chips in one copy of the system (one node)."""
+        return math.prod(level.size for level in self.levels.values())
+
+    def missing_sources(self) -> list[str]:
+        """YAML paths whose numbers cite no source (``chip``, ``levels.NAME``, ``scale_out``)."""
+        keys = list(self.sources)
+
+        def covered(path: str) -> bool:
+            return any(k == path or k.startswith(path + ".") for k in keys)
+
+        needed = ["chip", *(f"levels.{name}" for name in self.levels)]
+        if self.scale_out is not None:
+            needed.append("scale_out")
+        return [path for path in needed if not covered(path)]

@@ -1,0 +1,194 @@
+"""Split a training (or inference) trace into pipeline stages; pure, no SimPy.
+
+A stage is a contiguous run of forward ops (in trace order, which is topological) together with the
+backward ops derived from them (a backward op ``X.bwd...`` belongs to the stage of forward op ``X``)
+and its share of the optimizer update. Cuts are placed to balance the stages' time:
+:func:`split_stages` is given each op's time on one chip and minimises the largest stage (the
+pipeline's bottleneck) over contiguous splits, by bisection on the bottleneck and a greedy fill.
+
+Per microbatch a stage sends the next one the activations that cross the cut (every tensor a later
+stage's forward ops read that this or an earlier stage wrote) and receives their gradients back, of
+the same size. Memory per chip: the stage's share of weights, gradients, master weights and
+optimizer state (the trace's per-parameter bytes times its share of the parameters), plus the
+activations it saves for backward times the microbatches in flight (GPipe: all ``M``; 1F1B: ``P - s``
+at stage ``s``), plus the trace's transient bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from archsim.workloads.trace import Op, Phase, Role, TensorAccess, Trace
+
+BACKWARD_MARK = ".bwd"
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One pipeline stage: its ops (indices into the trace), update, traffic and memory."""
+
+    index: int
+    forward: tuple[int, ...]
+    """Forward (and loss) ops, trace order."""
+    backward: tuple[int, ...]
+    """Backward ops, trace order."""
+    update: Op | None
+    """The optimizer update of this stage's parameters (the trace's update scaled to its share)."""
+    parameter_fraction: float
+    """Share of the trace's parameter-gradient bytes this stage owns."""
+    send_bytes: int
+    """Activation bytes sent to the next stage per microbatch (its gradients come back, same size)."""
+    saved_bytes: int
+    """Activation bytes saved for backward per microbatch."""
+
+
+def _owner(name: str) -> str:
+    """The forward op a backward op was derived from (``layer1.conv.bwd_data`` -> ``layer1.conv``)."""
+    return name.split(BACKWARD_MARK, 1)[0]
+
+
+def _cuts(weights: Sequence[float], parts: int) -> list[int]:
+    """Start indices of ``parts`` contiguous groups of ``weights`` minimising the heaviest group."""
+    n = len(weights)
+    if parts >= n:
+        return list(range(n))
+
+    def fill(limit: float) -> list[int] | None:
+        starts, total = [0], 0.0
+        for i, w in enumerate(weights):
+            if total + w > limit and total > 0.0:
+                starts.append(i)
+                total = 0.0
+                if len(starts) > parts:
+                    return None
+            total += w
+        return starts
+
+    low, high = max(weights), sum(weights)
+    for _ in range(60):
+        mid = (low + high) / 2
+        if fill(mid) is None:
+            low = mid
+        else:
+            high = mid
+    starts = fill(high)
+    assert starts is not None
+    # fewer groups than parts (tiny traces): split the largest groups further
+    while len(starts) < parts:
+        bounds = [*starts, n]
+        widest = max(range(len(starts)), key=lambda k: bounds[k + 1] - bounds[k])
+        starts.insert(widest + 1, (bounds[widest] + bounds[widest + 1] + 1) // 2)
+    return starts
+
+
+def split_stages(trace: Trace, stages: int, op_seconds: Sequence[float]) -> list[Stage]:
+    """Split ``trace`` into ``stages`` pipeline stages balanced by ``op_seconds`` (one per op)."""
+    forward = [i for i, op in enumerate(trace.ops) if op.phase is Phase.FORWARD]
+    if stages > len(forward):
+        raise ValueError(f"{stages} stages but only {len(forward)} forward ops")
+    position = {trace.ops[i].name: k for k, i in enumerate(forward)}
+    weight = [op_seconds[i] for i in forward]
+    owner_of: dict[int, int] = {}
+    for i, op in enumerate(trace.ops):
+        if op.phase in (Phase.BACKWARD_DATA, Phase.BACKWARD_WEIGHT):
+            k = position.get(_owner(op.name))
+            if k is None:  # not named after a forward op: goes with its latest dependency
+                k = max((owner_of.get(d, position.get(trace.ops[d].name, 0)) for d in op.deps), default=0)
+            owner_of[i] = k
+            weight[k] += op_seconds[i]
+    starts = _cuts(weight, stages)
+    stage_of_forward = [0] * len(forward)
+    for s, start in enumerate(starts):
+        for k in range(start, starts[s + 1] if s + 1 < len(starts) else len(forward)):
+            stage_of_forward[k] = s
+    stage_of_op = {i: stage_of_forward[k] for k, i in enumerate(forward)}
+    stage_of_op.update({i: stage_of_forward[k] for i, k in owner_of.items()})
+    return [_stage(trace, s, stages, stage_of_op) for s in range(stages)]
+
+
+def _stage(trace: Trace, s: int, stages: int, stage_of_op: dict[int, int]) -> Stage:
+    ops = trace.ops
+    fwd = tuple(i for i, op in enumerate(ops) if op.phase is Phase.FORWARD and stage_of_op[i] == s)
+    bwd = tuple(
+        i
+        for i, op in enumerate(ops)
+        if op.phase in (Phase.BACKWARD_DATA, Phase.BACKWARD_WEIGHT) and stage_of_op[i] == s
+    )
+    grads: dict[str, int] = {}
+    all_grads: dict[str, int] = {}
+    for i, op in enumerate(ops):
+        for t in op.writes:
+            if t.role is Role.GRADIENT:
+                all_grads[t.name] = t.bytes
+                if stage_of_op.get(i) == s:
+                    grads[t.name] = t.bytes
+    fraction = sum(grads.values()) / sum(all_grads.values()) if all_grads else 1.0 / stages
+    updates = [op for op in ops if op.phase is Phase.UPDATE]
+    update = _scaled(updates[0], fraction, s) if updates else None
+    written_here = {t.name: t.bytes for i in fwd for t in ops[i].writes if t.role is Role.ACTIVATION}
+    written_before = {
+        t.name
+        for i, op in enumerate(ops)
+        if op.phase is Phase.FORWARD and stage_of_op[i] <= s
+        for t in op.writes
+        if t.role is Role.ACTIVATION
+    }
+    crossing: dict[str, int] = {}
+    for i, op in enumerate(ops):
+        if op.phase is Phase.FORWARD and stage_of_op[i] > s:
+            for t in op.reads:
+                if t.name in written_before:
+                    crossing[t.name] = t.bytes
+    read_by_backward = {t.name for i in bwd for t in ops[i].reads}
+    saved = sum(b for name, b in written_here.items() if name in read_by_backward)
+    send = sum(crossing.values()) if s < stages - 1 else 0
+    return Stage(s, fwd, bwd, update, fraction, send, saved)
+
+
+def _scaled(op: Op, fraction: float, stage: int) -> Op:
+    """The optimizer update restricted to a ``fraction`` of the parameters."""
+
+    def part(t: TensorAccess) -> TensorAccess:
+        return TensorAccess(t.name, round(t.bytes * fraction), t.role)
+
+    return replace(
+        op,
+        name=f"{op.name}@stage{stage}",
+        flops=round(op.flops * fraction),
+        reads=tuple(part(t) for t in op.reads),
+        writes=tuple(part(t) for t in op.writes),
+        deps=(),
+    )
+
+
+def sub_trace(trace: Trace, indices: Sequence[int], name: str) -> Trace:
+    """The ops ``indices`` of ``trace`` as a trace of their own; dependencies outside are dropped.
+
+    A dependency on an op outside the subset is satisfied before the subset starts (an activation
+    that arrived from the previous stage, a forward output saved for backward).
+    """
+    local = {i: k for k, i in enumerate(indices)}
+    ops = tuple(replace(trace.ops[i], deps=tuple(local[d] for d in trace.ops[i].deps if d in local)) for i in indices)
+    return replace(trace, name=name, ops=ops)
+
+
+def stage_memory_bytes(trace: Trace, stage: Stage, inflight: int, transient_bytes: int = 0) -> int:
+    """Device memory of one stage's chip with ``inflight`` microbatches' activations saved."""
+    parameter_bytes = max(0, trace.memory_bytes - _activation_bytes(trace))
+    return round(parameter_bytes * stage.parameter_fraction) + stage.saved_bytes * inflight + transient_bytes
+
+
+def _activation_bytes(trace: Trace) -> int:
+    """Saved activations of the whole trace for one microbatch (its memory minus parameter state)."""
+    read_by_backward = {
+        t.name for op in trace.ops if op.phase in (Phase.BACKWARD_DATA, Phase.BACKWARD_WEIGHT) for t in op.reads
+    }
+    sizes = {
+        t.name: t.bytes
+        for op in trace.ops
+        if op.phase is Phase.FORWARD
+        for t in op.writes
+        if t.role is Role.ACTIVATION and t.name in read_by_backward
+    }
+    return sum(sizes.values())

@@ -1,0 +1,116 @@
+"""Parallel training steps in the engine: gradient buckets overlapping backward, pipeline schedules."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from archsim.engine.parallel import (
+    CommOptions,
+    Schedule,
+    StageWork,
+    data_parallel_step,
+    gradient_buckets,
+    pipeline_step,
+    stage_order,
+)
+from archsim.engine.replay import replay
+from archsim.models import cost_model_for
+from archsim.models.base import OpCost
+from archsim.models.interconnect import Fabric, Tier, TierKind
+from archsim.models.placement import place
+from archsim.spec.common import Precision
+from archsim.spec.library import Library
+from archsim.spec.system import Algorithm
+from archsim.workloads import build_trace
+from archsim.workloads.trace import Mode, Role, Trace
+
+HIER = CommOptions(Algorithm.HIERARCHICAL)
+
+
+def ring_fabric(chips: int, gbps: float = 25.0) -> Fabric:
+    tier = Tier("node", 0, TierKind.RING, chips, 1, "test-link", gbps * 1e9, 1e-6, 1)
+    return Fabric("test", "chip", 1, chips, (tier,), "hierarchical")
+
+
+def test_buckets_follow_the_backward_order_and_hold_every_gradient(library: Library) -> None:
+    trace = build_trace("resnet50", library, Mode.TRAIN, 2, Precision.FP16, None)
+    total = sum({t.name: t.bytes for op in trace.ops for t in op.writes if t.role is Role.GRADIENT}.values())
+    buckets = gradient_buckets(trace.ops, 10 * 2**20)
+    assert sum(b.bytes for b in buckets) == total
+    assert all(b.bytes >= 10 * 2**20 for b in buckets[:-1])
+    assert [max(b.writers) for b in buckets] == sorted(max(b.writers) for b in buckets)
+    assert len(gradient_buckets(trace.ops, 2**40)) == 1
+
+
+@pytest.fixture(scope="module")
+def v100_resnet(library: Library) -> tuple[Trace, list[OpCost], bool]:
+    chip = library.chip("v100")
+    efficiency = library.family(chip.family).efficiency.merged(chip.efficiency)
+    trace = build_trace("resnet50", library, Mode.TRAIN, 32, Precision.FP16, None)
+    model = cost_model_for(chip, efficiency, trace.precision, trace.memory_bytes)
+    return trace, [model.cost(op) for op in trace.ops], model.separate_units
+
+
+def test_one_replica_is_the_single_chip_replay(library: Library, v100_resnet: tuple[Trace, list[OpCost], bool]) -> None:
+    trace, costs, separate = v100_resnet
+    chip = library.chip("v100")
+    model = cost_model_for(chip, library.family(chip.family).efficiency.merged(chip.efficiency), trace.precision, 0)
+    alone = replay(trace, model)
+    one = data_parallel_step(trace.ops, costs, separate, place(Fabric("t", "c", 1, 1, (), "ring"), 1), HIER)
+    assert [(t.start_s, t.end_s) for t in one.timings] == [(t.start_s, t.end_s) for t in alone]
+    assert one.comm.collectives == []
+
+
+def test_overlap_hides_communication(v100_resnet: tuple[Trace, list[OpCost], bool]) -> None:
+    trace, costs, separate = v100_resnet
+    placement = place(ring_fabric(8, gbps=2.0), 1)
+    compute = sum(c.time_s for c in costs)  # V100: one shared unit, no issue cost here
+    overlapped = data_parallel_step(trace.ops, costs, separate, placement, HIER)
+    serial = data_parallel_step(
+        trace.ops, costs, separate, placement, CommOptions(Algorithm.HIERARCHICAL, overlap=False)
+    )
+    comm = overlapped.comm.busy_s()
+    assert comm > 0
+    assert len(overlapped.comm.collectives) == len(gradient_buckets(trace.ops, HIER.bucket_bytes))
+    assert overlapped.end_s < serial.end_s
+    assert serial.end_s == pytest.approx(compute + serial.comm.busy_s(), rel=1e-9)
+    assert overlapped.end_s - compute < comm  # part of it hidden behind the backward pass
+
+
+def test_stage_orders() -> None:
+    f, b = "F", "B"
+    assert stage_order(Schedule.GPIPE, 0, 2, 3, True) == [(f, 0), (f, 1), (f, 2), (b, 2), (b, 1), (b, 0)]
+    assert stage_order(Schedule.ONE_F_ONE_B, 0, 4, 6, True) == [
+        (f, 0), (f, 1), (f, 2), (f, 3), (b, 0), (f, 4), (b, 1), (f, 5), (b, 2), (b, 3), (b, 4), (b, 5)
+    ]  # fmt: skip
+    assert stage_order(Schedule.ONE_F_ONE_B, 3, 4, 3, True) == [(f, 0), (b, 0), (f, 1), (b, 1), (f, 2), (b, 2)]
+    assert stage_order(Schedule.ONE_F_ONE_B, 1, 4, 3, False) == [(f, 0), (f, 1), (f, 2)]
+
+
+@pytest.mark.parametrize("schedule", list(Schedule))
+@pytest.mark.parametrize(("stages", "microbatches"), [(2, 1), (4, 4), (4, 16), (8, 3)])
+def test_uniform_pipeline_has_the_textbook_bubble(schedule: Schedule, stages: int, microbatches: int) -> None:
+    work = [StageWork(forward_s=1e-3, backward_s=2e-3, update_s=0.0, send_bytes=0) for _ in range(stages)]
+    outcome = pipeline_step(work, place(ring_fabric(stages), stages), schedule, microbatches, True, HIER)
+    assert outcome.pipeline_end_s == pytest.approx((microbatches + stages - 1) * 3e-3, rel=1e-9)
+    busy = microbatches * 3e-3
+    bubble = (outcome.pipeline_end_s - busy) / outcome.pipeline_end_s
+    assert bubble == pytest.approx((stages - 1) / (microbatches + stages - 1), rel=1e-9)
+
+
+def test_pipeline_sends_activations_and_contends(library: Library) -> None:
+    work = [StageWork(1e-3, 2e-3, 1e-4, send_bytes=8 * 2**20, buckets=((64 * 2**20, 1.5e-3),)) for _ in range(4)]
+    fabric = ring_fabric(8, gbps=25.0)
+    placement = place(fabric, 4)
+    outcome = pipeline_step(work, placement, Schedule.ONE_F_ONE_B, 8, True, HIER)
+    free = pipeline_step(work, placement, Schedule.ONE_F_ONE_B, 8, True, HIER, communicate=False)
+    assert outcome.end_s > free.end_s
+    sends = [t for t in outcome.comm.transfers if t[0].startswith("act")]
+    assert len(sends) == 3 * 8
+    assert all(end - start >= 8 * 2**20 / 25e9 for *_, start, end in sends)
+    assert len(outcome.comm.collectives) == 4  # one bucket per stage, data-parallel width 2
+    updates = [t for t in outcome.tasks if t[1] == "U"]
+    assert len(updates) == 4
+    assert math.isclose(outcome.end_s, max(end for *_, end in updates))
