@@ -1,7 +1,9 @@
 """Cost models, one module per chip family, and the registry that picks one for a chip.
 
 :func:`cost_model_for` is the one factory: it returns a model ready to price ops.
-:func:`register_cost_model` lets a user replace or add the model of a family from Python.
+:func:`register_cost_model` lets a user replace or add the model of a family from Python, and
+:func:`register_op_cost` the cost of one op kind; installed packages do the same through the
+``archsim.cost_models`` entry points (:mod:`archsim.models.plugins`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,13 @@ from collections.abc import Callable
 from archsim.models.base import Bound, CostModel, OpCost, Unit
 from archsim.models.cube import CubeModel
 from archsim.models.ipu import IpuModel
+from archsim.models.plugins import (
+    CheckedModel,
+    OpCostFunction,
+    entry_point_plugins,
+    register_op_cost,
+    unregister_op_cost,
+)
 from archsim.models.systolic import SystolicModel
 from archsim.models.tensorcore import TensorCoreModel
 from archsim.spec.chip import ChipSpec, Efficiency, Family
@@ -27,9 +36,14 @@ _REGISTRY: dict[str, CostModelFactory] = {
 }
 
 
+_EXPLICIT: set[str] = set()
+"""Families whose model was registered from Python: these win over entry points."""
+
+
 def register_cost_model(family: str, factory: CostModelFactory) -> None:
     """Use ``factory`` for every chip of ``family`` from now on (replaces the built-in model)."""
     _REGISTRY[family] = factory
+    _EXPLICIT.add(family)
 
 
 def cost_model_for(chip: ChipSpec, efficiency: Efficiency, precision: Precision, footprint_bytes: int) -> CostModel:
@@ -38,7 +52,20 @@ def cost_model_for(chip: ChipSpec, efficiency: Efficiency, precision: Precision,
     ``efficiency`` holds the family's values merged with the chip's overrides; ``footprint_bytes`` is
     the memory the trace needs (IPUs spill what exceeds their in-processor memory).
     """
-    return _REGISTRY[chip.family.value](chip, efficiency, precision, footprint_bytes)
+    family = chip.family.value
+    factory = _REGISTRY[family] if family in _EXPLICIT else entry_point_plugins()[0].get(family, _REGISTRY[family])
+    return CheckedModel(factory(chip, efficiency, precision, footprint_bytes), family)
 
 
-__all__ = ["Bound", "CostModel", "CostModelFactory", "OpCost", "Unit", "cost_model_for", "register_cost_model"]
+__all__ = [
+    "Bound",
+    "CostModel",
+    "CostModelFactory",
+    "OpCost",
+    "OpCostFunction",
+    "Unit",
+    "cost_model_for",
+    "register_cost_model",
+    "register_op_cost",
+    "unregister_op_cost",
+]

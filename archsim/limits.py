@@ -1,0 +1,149 @@
+"""Limits on the size of what archsim reads and simulates, in one place.
+
+Every input is checked against these before it can cost unbounded time or memory, or push a number
+past what a 64-bit float holds; a value beyond a limit is refused with a one-line
+:class:`~archsim.errors.LimitError` (or :class:`~archsim.errors.SpecError` inside a description)
+naming the file, the field and the limit, and the CLI exits with status 2. The limits are far above
+anything a real chip, network or trace needs, so that they only ever stop mistakes and hostile input:
+
+=========================  ===================  ==========================================================
+limit                      value                why
+=========================  ===================  ==========================================================
+``MAX_FILE_BYTES``         64 MiB               largest file read at all (checked before reading)
+``MAX_YAML_BYTES``         4 MiB                largest text parsed as general YAML (PyYAML builds about
+                                                0.6 MB/s); a bigger trace file must be in the one-op-per-line
+                                                form :func:`~archsim.workloads.write_trace` writes
+``MAX_YAML_DEPTH``         64                   nesting of YAML collections (libyaml's composer recurses in C)
+``MAX_YAML_NODES``         2,000,000            values in a YAML document once aliases are expanded
+``MAX_COUNT``              2^53                 any count in a description (exact in a float)
+``MAX_INT``                2^63 - 1             any byte or FLOP count in a trace file (a signed 64-bit int)
+``MAX_DIM``                2^31 - 1             one dimension of a matrix product or convolution (cuBLAS's
+                                                ``int`` arguments)
+``MAX_ARGUMENT``           2^31 - 1             ``--batch``, ``--seq-len`` and their API arguments
+``MAX_TRACE_OPS``          100,000              ops in one trace (a 1000-layer BERT trains in about 40,000), and
+                                                layers of a SCALE-Sim topology (depthwise layers expanded)
+``MAX_MODEL_LAYERS``       1,000                ResNet blocks or BERT layers of a model description
+``MAX_OP_SECONDS``         1e20 s               time a cost model may give one op (3e12 years)
+``MAX_SCHEDULED_FOLDS``    10,000,000           folds of one layer scheduled one by one (SCALE-Sim ``USER``
+                                                bandwidth mode keeps 32 bytes per fold)
+``MAX_SYSTEM_CHIPS``       65,536               chips in one system description (a TPU v4 pod has 4,096)
+``MAX_GRAPH_SEARCH_STEPS`` 1,000,000            steps of the ring search in a ``graph`` level of a system
+``MAX_LIBRARY_FILES``      10,000               YAML files indexed under one search-path folder
+``MAX_LIBRARY_ENTRIES``    200,000              directory entries walked under one search-path folder
+=========================  ===================  ==========================================================
+
+Quantities have ranges per dimension (:data:`QUANTITY_RANGES`, in SI base units), enforced by
+:func:`archsim.units.parse`.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from archsim.errors import LimitError, SpecError
+
+MAX_FILE_BYTES = 64 * 2**20
+"""Largest description, trace or baseline file archsim reads (64 MiB)."""
+MAX_YAML_BYTES = 4 * 2**20
+"""Largest text parsed as general YAML (4 MiB); trace op lines in JSON form are exempt."""
+MAX_YAML_DEPTH = 64
+"""Deepest nesting of YAML sequences and mappings."""
+MAX_YAML_NODES = 2_000_000
+"""Most values (scalars and collections) in one YAML document, aliases expanded."""
+MAX_COUNT = 2**53
+"""Largest count in a description: every integer up to it is exact in a float64."""
+MAX_INT = 2**63 - 1
+"""Largest byte or FLOP count in a trace file."""
+MAX_DIM = 2**31 - 1
+"""Largest dimension of a matrix product or a convolution."""
+MAX_ARGUMENT = 2**31 - 1
+"""Largest batch or sequence length asked for on the command line or through the API."""
+MAX_TRACE_OPS = 100_000
+"""Most ops in one trace (replay takes about 0.2 ms and 3 KB per op)."""
+MAX_MODEL_LAYERS = 1_000
+"""Most ResNet blocks (all stages together) or BERT encoder layers in a model description."""
+MAX_OP_SECONDS = 1e20
+"""Longest time a cost model may give one op; more means an absurd input, refused."""
+MAX_SCHEDULED_FOLDS = 10_000_000
+"""Most folds of one layer scheduled one by one (SCALE-Sim ``USER`` bandwidth mode; 32 bytes each)."""
+MAX_GRAPH_SEARCH_STEPS = 1_000_000
+"""Most steps of the exhaustive search for rings in a ``graph`` level of a system (about 2 s)."""
+MAX_SYSTEM_CHIPS = 65_536
+"""Most chips in one system description (16 times the largest built-in pod)."""
+MAX_LIBRARY_FILES = 10_000
+"""Most YAML files indexed under one search-path folder."""
+MAX_LIBRARY_ENTRIES = 200_000
+"""Most directory entries walked under one search-path folder while looking for YAML files."""
+
+QUANTITY_RANGES: dict[str, tuple[float, float, str]] = {
+    "bytes": (1.0, 2.0**80, "B"),
+    "bandwidth": (1.0, 1e21, "B/s"),
+    "frequency": (1.0, 1e15, "Hz"),
+    "time": (1e-18, 1e9, "s"),
+    "throughput": (1.0, 1e24, "OP/s"),
+    "power": (1e-6, 1e12, "W"),
+    "area": (1e-6, 1e9, "mm^2"),
+    "length": (1e-3, 1e9, "nm"),
+}
+"""Accepted range ``(lowest, highest, unit)`` of a quantity by dimension (``Dimension.value``), in the
+units :mod:`archsim.units` converts to; zero is accepted where the field allows it. Wide enough for any chip or
+system (a wafer-scale die is 46,225 mm^2, a whole supercomputer below 1e21 FLOP/s)."""
+
+
+def check_count(value: int, limit: int, source: str, field: str) -> None:
+    """Raise LimitError when ``value`` exceeds ``limit``."""
+    if value > limit:
+        raise LimitError(source, field, f"{value} exceeds the limit of {limit}")
+
+
+def check_trace_ops(count: int, source: str, what: str = "ops") -> None:
+    """Raise LimitError when a trace has more than :data:`MAX_TRACE_OPS` ops (or a topology layers)."""
+    if count > MAX_TRACE_OPS:
+        raise LimitError(source, what, f"{count} {what}, more than the {MAX_TRACE_OPS} allowed")
+
+
+def read_text_file(path: Path, source: str) -> str:
+    """The UTF-8 text of a regular file of at most :data:`MAX_FILE_BYTES`; anything else is a SpecError.
+
+    For input files outside the YAML loader (SCALE-Sim configurations and topologies).
+    """
+    try:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise SpecError(source, "", "is a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file")
+        if info.st_size > MAX_FILE_BYTES:
+            raise SpecError(source, "", f"file is {info.st_size} bytes, larger than the {MAX_FILE_BYTES} allowed")
+        return path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise SpecError(source, "", "no such file") from None
+    except UnicodeDecodeError:
+        raise SpecError(source, "", "not a text file (invalid UTF-8)") from None
+    except OSError as err:
+        raise SpecError(source, "", f"cannot read: {err.strerror or err}") from None
+    except ValueError:
+        raise SpecError(source, "", "not a valid file name") from None
+
+
+def description_files(root: Path) -> list[Path]:
+    """Every ``*.yaml`` file under ``root``, sorted, walking at most :data:`MAX_LIBRARY_ENTRIES` entries.
+
+    Raises LimitError (naming ``root``) for a folder too large to be a library of descriptions, such
+    as a home directory or ``/`` given by mistake.
+    """
+    found: list[Path] = []
+    walked = 0
+    for folder, dirs, files in os.walk(root, followlinks=True):
+        dirs.sort()
+        walked += len(dirs) + len(files)
+        if walked > MAX_LIBRARY_ENTRIES:
+            raise LimitError(
+                str(root), "search path", f"more than {MAX_LIBRARY_ENTRIES} entries; expected a folder of descriptions"
+            )
+        found += [Path(folder) / name for name in files if name.endswith(".yaml")]
+        if len(found) > MAX_LIBRARY_FILES:
+            raise LimitError(
+                str(root), "search path", f"more than {MAX_LIBRARY_FILES} YAML files; expected a folder of descriptions"
+            )
+    return sorted(found)

@@ -1,0 +1,66 @@
+"""The public strategies make valid inputs that every family's model prices sensibly."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from archsim import simulate
+from archsim.api import Target, run_trace
+from archsim.models import cost_model_for
+from archsim.spec.chip import ChipSpec, Family
+from archsim.spec.library import Library
+from archsim.testing.strategies import chips, ops, system_data, traces
+from archsim.workloads.trace import Op, OpKind, Trace
+
+LIBRARY = Library(use_env=False)
+
+
+@pytest.mark.parametrize("family", list(Family))
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_chip_variants_load_and_never_beat_the_roofline(family: Family, data: st.DataObject) -> None:
+    chip: ChipSpec = data.draw(chips(family))
+    assert chip.family is family
+    efficiency = LIBRARY.family(chip.family).efficiency.merged(chip.efficiency)
+    model = cost_model_for(chip, efficiency, chip.default_precision, 0)
+    op: Op = data.draw(ops(chip.default_precision))
+    cost = model.cost(op)
+    assert cost.time_s >= cost.roofline_s > 0
+
+
+@settings(max_examples=10, deadline=None)
+@given(chip=chips(), trace=traces())
+def test_chip_variants_replay_traces(chip: ChipSpec, trace: Trace) -> None:
+    if chip.default_precision is not trace.precision:
+        trace = Trace(trace.name, trace.mode, 1, chip.default_precision, trace.ops, 0, 0)
+    result = run_trace(Target(chip.name, chip), trace, LIBRARY)
+    assert 0 < result.utilization <= 1
+    assert len(result.layers) == len(trace.ops)
+
+
+def test_ops_cover_every_kind() -> None:
+    seen: set[OpKind] = set()
+
+    @settings(max_examples=200, deadline=None)
+    @given(op=ops())
+    def collect(op: Op) -> None:
+        seen.add(op.kind)
+
+    collect()
+    assert seen == set(OpKind)
+
+
+@settings(max_examples=8, deadline=None)
+@given(data=system_data())
+def test_system_variants_run(data: dict[str, object]) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        Path(folder, "system.yaml").write_text(yaml.safe_dump(data))
+        result = simulate(str(data["name"]), "gemm:256x256x256", mode="train", search_path=[folder])
+    assert result.num_chips >= 2
+    assert result.step_time_s > 0
