@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from archsim.engine import replay
-from archsim.errors import CapacityError, UsageError
+from archsim.errors import CapacityError, LimitError, UsageError
+from archsim.limits import MAX_ARGUMENT, check_trace_ops
 from archsim.models import cost_model_for
 from archsim.results.records import RunResult, build_result
-from archsim.spec.chip import ChipSpec, Family
+from archsim.spec.chip import ChipSpec, Efficiency, Family
 from archsim.spec.common import Precision
 from archsim.spec.library import Library
 from archsim.workloads import build_trace
@@ -79,6 +80,14 @@ def simulate(
     seq_len: int | None = None,
     library: Library | None = None,
     search_path: Sequence[str] = (),
+    *,
+    nodes: int | None = None,
+    pipeline_stages: int = 1,
+    microbatches: int | None = None,
+    schedule: str = "1f1b",
+    collective: str | None = None,
+    bucket_bytes: int | None = None,
+    overlap: bool = True,
 ) -> RunResult:
     """Replay ``workload`` on ``target`` and return the run's records.
 
@@ -87,12 +96,39 @@ def simulate(
     step fits the chip's memory -- the in-processor memory on IPUs); ``precision``
     None means the chip's default (fp16, or bf16 on TPUs). Bad arguments raise
     :class:`~archsim.errors.ArchsimError` subclasses naming the argument.
+
+    ``target`` may also be a multi-chip system (``interconnect/systems/``); the keyword arguments
+    then spread the workload over it (see :func:`archsim.systems.simulate_system`, where they are
+    documented): ``batch`` is per data-parallel replica and ``nodes`` scales the system out.
     """
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
         raise UsageError("", "--batch", f"must be a positive integer, got {batch!r}")
     if seq_len is not None and (isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1):
         raise UsageError("", "--seq-len", f"must be a positive integer, got {seq_len!r}")
+    for flag, value in (("--batch", batch), ("--seq-len", seq_len)):
+        if value is not None and value > MAX_ARGUMENT:
+            raise LimitError("", flag, f"must be at most {MAX_ARGUMENT}")
     library = library or Library(search_path)
+    multichip = nodes is not None or pipeline_stages != 1 or microbatches is not None
+    if multichip or library.find(["chip", "system"], target).kind == "system":
+        from archsim.systems import simulate_system  # imported here: archsim.systems builds on this module
+
+        return simulate_system(
+            target,
+            workload,
+            mode,
+            batch,
+            precision,
+            seq_len,
+            library,
+            nodes=nodes,
+            pipeline_stages=pipeline_stages,
+            microbatches=microbatches,
+            schedule=schedule,
+            collective=collective,
+            bucket_bytes=bucket_bytes,
+            overlap=overlap,
+        ).result
     resolved = resolve_target(target, library)
     chip = resolved.chip
     run_mode = _choice(Mode, mode, "--mode")
@@ -101,11 +137,7 @@ def simulate(
         supported = ", ".join(p.value for p in chip.precisions)
         raise UsageError(chip.name, "--precision", f"{run_precision.value} is not supported (supported: {supported})")
     trace = build_trace(workload, library, run_mode, batch, run_precision, seq_len)
-    if (
-        batch is None
-        and not workload.startswith("gemm:")
-        and library.find(["model", "trace"], workload).kind == "model"
-    ):
+    if batch is None and "model" in trace.meta:
         # the default batch is the model's, halved until the step fits the chip's preferred memory
         fits = preferred_capacity_bytes(chip)
         while trace.memory_bytes > fits and trace.batch > 1:
@@ -113,8 +145,13 @@ def simulate(
     return run_trace(resolved, trace, library)
 
 
-def run_trace(target: Target, trace: Trace, library: Library) -> RunResult:
-    """Replay an already built trace on a resolved target."""
+def run_trace(target: Target, trace: Trace, library: Library, family_efficiency: Efficiency | None = None) -> RunResult:
+    """Replay an already built trace on a resolved target.
+
+    ``family_efficiency`` replaces the family file's efficiency parameters (the chip's own overrides
+    still apply); calibration uses it to try parameter values without writing YAML.
+    """
+    check_trace_ops(len(trace.ops), trace.name)
     chip = target.chip
     capacity = capacity_bytes(chip)
     if trace.memory_bytes > capacity:
@@ -124,16 +161,20 @@ def run_trace(target: Target, trace: Trace, library: Library) -> RunResult:
             f"batch {trace.batch} needs {trace.memory_bytes / 2**30:.1f} GiB, "
             f"more than the chip's {capacity / 2**30:.1f} GiB",
         )
-    efficiency = library.family(chip.family).efficiency.merged(chip.efficiency)
+    base = family_efficiency if family_efficiency is not None else library.family(chip.family).efficiency
+    efficiency = base.merged(chip.efficiency)
     model = cost_model_for(chip, efficiency, trace.precision, trace.memory_bytes)
-    timings = replay(trace, model)
+    assert efficiency.host_overhead is not None
+    timings = replay(trace, model, efficiency.host_overhead)
     assert efficiency.step_overhead is not None
     return build_result(
         target=target.name,
         chip=chip,
         trace=trace,
         timings=timings,
-        step_overhead_s=efficiency.step_overhead,
+        # the per-step cost is the training loop's (optimizer bookkeeping, loss scaling, data feed);
+        # an inference loop only runs the forward ops
+        step_overhead_s=efficiency.step_overhead if trace.mode is Mode.TRAIN else 0.0,
         num_chips=target.num_chips,
         capacity_bytes=capacity,
     )

@@ -14,10 +14,15 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from archsim.errors import ArchsimError, UsageError
+from archsim.limits import MAX_ARGUMENT
 
 SUBCOMMANDS = (
     "archsim.commands.listing",
     "archsim.commands.run",
+    "archsim.commands.validate",
+    "archsim.commands.scalesim",
+    "archsim.commands.export",
+    "archsim.commands.baseline",
 )
 """Modules that each add one subcommand: ``add_parser(subparsers, common)`` sets ``handler``."""
 
@@ -37,6 +42,8 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    if value > MAX_ARGUMENT:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_ARGUMENT}, got {text[:40]!r}")
     return value
 
 

@@ -40,3 +40,11 @@ class CapacityError(ArchsimError):
 
 class UsageError(ArchsimError):
     """A command-line argument or API argument has an invalid value."""
+
+
+class LimitError(ArchsimError):
+    """An input is beyond what archsim simulates in bounded time and memory (see :mod:`archsim.limits`)."""
+
+
+class PluginError(ArchsimError):
+    """A user cost model (an entry point or a registered function) failed to load or returned a bad cost."""

@@ -18,6 +18,7 @@ length         float, nanometres           nm, um
 
 GB and GiB mean what they say: decimal prefixes are powers of 1000, binary ones powers of 1024.
 A bare number where a quantity is expected is an error: units written only in comments drift.
+Each dimension has a range of accepted values (:data:`archsim.limits.QUANTITY_RANGES`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import math
 import re
 
 from archsim.errors import UnitError
+from archsim.limits import QUANTITY_RANGES
 
 
 class Dimension(enum.Enum):
@@ -77,12 +79,12 @@ _UNITS = _build_table()
 _QUANTITY = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([^\s\d].*?)?\s*$")
 
 
-def parse(text: object, dimension: Dimension) -> float:
+def parse(text: object, dimension: Dimension, allow_zero: bool = False) -> float:
     """Convert a quantity string to a float in the SI base unit of ``dimension``.
 
     Raises :class:`UnitError` (with an empty source and field, filled in by the caller) when the value
     is not a string, has no unit, an unknown unit, a unit of another dimension, or is not a finite
-    positive number.
+    positive number (zero is allowed with ``allow_zero``, for costs that may vanish).
     """
     if isinstance(text, bool) or not isinstance(text, str):
         raise UnitError("", "", f"expected a quantity string with a unit of {dimension.value}, got {text!r}")
@@ -98,8 +100,14 @@ def parse(text: object, dimension: Dimension) -> float:
     if unit_dimension is not dimension:
         raise UnitError("", "", f"{text!r} is a {unit_dimension.value}, expected a {dimension.value}")
     value = float(number_text) * multiplier / divisor
-    if not math.isfinite(value) or value <= 0.0:
-        raise UnitError("", "", f"{text!r} must be a positive, finite quantity")
+    if not math.isfinite(value) or value < 0.0 or (value == 0.0 and not allow_zero):
+        kind = "non-negative" if allow_zero else "positive"
+        raise UnitError("", "", f"{text!r} must be a {kind}, finite quantity")
+    low, high, base = QUANTITY_RANGES[dimension.value]
+    if value != 0.0 and not low <= value <= high:
+        raise UnitError(
+            "", "", f"{text!r} is outside the {low:g} to {high:g} {base} archsim accepts for a {dimension.value}"
+        )
     return value
 
 

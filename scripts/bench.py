@@ -11,11 +11,13 @@ never test assertions: this script is how the numbers quoted in notes are produc
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 CLI_CASES = [
     ("v100 resnet50 train b256", ["run", "v100", "resnet50", "--mode", "train", "--batch", "256", "--json"]),
@@ -49,6 +51,106 @@ def time_call(function: Callable[[], object], repeat: int) -> list[float]:
     return times
 
 
+GOLDEN_SCALESIM = Path(__file__).resolve().parent.parent / "tests" / "golden" / "scalesim"
+SCALESIM_CASES = [
+    # (label, config, topology): the project's own SCALE-Sim files (see tests/golden/scalesim/README.md)
+    ("resnet50 32x32 os (SCALE-Sim files)", "archsim_32x32_os.cfg", "resnet50.csv"),
+    ("resnet50 32x32 ws (SCALE-Sim files)", "archsim_32x32_ws.cfg", "resnet50.csv"),
+    ("resnet50 32x32 is (SCALE-Sim files)", "archsim_32x32_is.cfg", "resnet50.csv"),
+]
+SCALESIM_OS_WALL_S = 0.0  # PLACEHOLDER-FILL
+SCALESIM_OS_PEAK_MB = 0.0  # PLACEHOLDER-FILL
+SCALESIM_MEASURED = [
+    # SCALE-Sim 3.0.0 itself on the same files, measured once with /usr/bin/time -v (see the README
+    # there for the command); not re-run here: it takes tens of minutes and gigabytes
+    ("SCALE-Sim 3.0.0 resnet50 32x32 os", SCALESIM_OS_WALL_S, SCALESIM_OS_PEAK_MB),
+]
+
+
+def time_process_rss(args: list[str], repeat: int) -> tuple[list[float], float]:
+    """Wall seconds of ``python -m archsim.cli ARGS`` (as time_process) and the largest peak RSS in MB."""
+    command = [sys.executable, "-m", "archsim.cli", *args]
+    subprocess.run(command, check=True, capture_output=True)
+    times, peak_kb = [], 0
+    for _ in range(repeat):
+        start = time.perf_counter()
+        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _, status, usage = os.wait4(child.pid, 0)
+        times.append(time.perf_counter() - start)
+        if status != 0:
+            raise SystemExit(f"{' '.join(command)} failed")
+        peak_kb = max(peak_kb, usage.ru_maxrss)  # kilobytes on Linux
+    return times, peak_kb / 1024
+
+
+def bench_scalesim(repeat: int) -> None:
+    """SCALE-Sim-format runs (``archsim run CONFIG.cfg TOPOLOGY.csv``): wall time and peak memory."""
+    print(f"\nSCALE-Sim files (fresh process each, {repeat} runs after a warm-up)")
+    print(f"{'case':<34} {'median ms':>9} {'min ms':>9} {'max ms':>9} {'peak MB':>8}")
+    for label, config, topology in SCALESIM_CASES:
+        args = ["run", str(GOLDEN_SCALESIM / config), str(GOLDEN_SCALESIM / topology), "--json"]
+        times, peak_mb = time_process_rss(args, repeat)
+        print(f"{row(label, times)} {peak_mb:>8.0f}", flush=True)
+    for label, wall_s, peak_mb in SCALESIM_MEASURED:
+        ms = f"{1e3 * wall_s:>9.0f}"
+        print(f"{label:<34} {ms} {'':>9} {'':>9} {peak_mb:>8.0f}   (measured once, not re-run)")
+
+
+SYSTEM_CASES = [
+    # a ResNet-50 training step on 1,024 chips: the symmetry shortcut's scale case (budget: 10 s, 2 GB)
+    ("1024 IPUs: ipu-pod256 x4 rn50", ["run", "ipu-pod256", "resnet50", "--mode", "train", "--nodes", "4", "--json"]),
+    ("1024 TPUv3: tpu-v3-pod rn50", ["run", "tpu-v3-pod", "resnet50", "--mode", "train", "--json"]),
+    ("1024 H100: dgx-h100 x128 rn50", ["run", "dgx-h100", "resnet50", "--mode", "train", "--nodes", "128", "--json"]),
+    ("8 V100: dgx1 rn50 b192", ["run", "dgx1", "resnet50", "--mode", "train", "--batch", "192", "--json"]),
+]
+
+
+def peak_rss_mb(args: list[str]) -> float:
+    """Peak resident memory in MB of one fresh ``python -m archsim.cli ARGS`` process."""
+    child = subprocess.Popen([sys.executable, "-m", "archsim.cli", *args], stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    if status != 0:
+        raise SystemExit(f"archsim {' '.join(args)} failed")
+    return usage.ru_maxrss / 1024  # kilobytes on Linux
+
+
+def bench_systems(repeat: int) -> None:
+    """Multi-chip runs: wall time (fresh process each) and peak memory."""
+    print(f"\nmulti-chip systems (fresh process each, {repeat} runs after a warm-up)")
+    print(f"{'case':<34} {'median ms':>9} {'min ms':>9} {'max ms':>9} {'peak MB':>8}")
+    for label, cli_args in SYSTEM_CASES:
+        times = time_process(cli_args, repeat)
+        print(f"{row(label, times)} {peak_rss_mb(cli_args):>8.0f}", flush=True)
+
+
+NUMBA_STARTUP = """
+import time
+start = time.perf_counter()
+import numpy as np
+from archsim.kernels.fold_schedule import fold_schedule, warm_up
+warm_up()
+imported = time.perf_counter()
+fold_schedule(10, np.ones((4, 3)), np.ones(4), (1.0, 1.0, 1.0))
+print(imported - start, time.perf_counter() - imported)
+"""
+
+
+def bench_numba_startup(repeat: int) -> None:
+    """What a process pays to use the first numba kernel: importing numba, then the first call (which
+    loads the kernel from numba's on-disk cache after the very first run, and initialises LLVM)."""
+    subprocess.run([sys.executable, "-c", NUMBA_STARTUP], check=True, capture_output=True)  # fills the cache
+    imports, calls = [], []
+    for _ in range(repeat):
+        out = subprocess.run([sys.executable, "-c", NUMBA_STARTUP], check=True, capture_output=True, text=True)
+        first, second = (float(x) for x in out.stdout.split())
+        imports.append(first)
+        calls.append(second)
+    print("\nnumba start-up in a fresh process (kernel cached on disk)")
+    print(f"{'case':<34} {'median ms':>9} {'min ms':>9} {'max ms':>9}")
+    print(row("import numpy + numba", imports))
+    print(row("first kernel call", calls))
+
+
 def row(label: str, times: list[float]) -> str:
     """One table row: median, min, max in milliseconds."""
     return f"{label:<34} {1e3 * statistics.median(times):>9.1f} {1e3 * min(times):>9.1f} {1e3 * max(times):>9.1f}"
@@ -66,6 +168,9 @@ def main() -> None:
     print(header)
     for label, cli_args in CLI_CASES[: 1 if args.quick else None]:
         print(row(label, time_process(cli_args, args.repeat)), flush=True)
+    bench_systems(args.repeat)
+    bench_scalesim(args.repeat)
+    bench_numba_startup(args.repeat)
 
     from archsim.api import resolve_target, run_trace
     from archsim.spec.common import Precision

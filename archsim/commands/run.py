@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from archsim.api import simulate
 from archsim.cli import positive_int
+from archsim.commands import multichip, scalesim
+from archsim.errors import UsageError
+from archsim.models.systolic_layer import StallModel
 from archsim.results.records import to_json
 from archsim.results.table import layer_table, summary_lines
 
@@ -14,8 +16,8 @@ from archsim.results.table import layer_table, summary_lines
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     """Register ``archsim run``."""
     parser = sub.add_parser("run", parents=[common], help="simulate a workload on a target")
-    parser.add_argument("target", help="chip name, alias or YAML path")
-    parser.add_argument("workload", help="model name, trace file or gemm:MxNxK")
+    parser.add_argument("target", help="chip name, alias or YAML path (or a SCALE-Sim CONFIG.cfg)")
+    parser.add_argument("workload", help="model name, trace file or gemm:MxNxK (or a SCALE-Sim TOPOLOGY.csv)")
     parser.add_argument("--mode", choices=["train", "infer"], default="infer")
     parser.add_argument("--batch", type=positive_int, default=None, help="per-chip batch (default: the model's)")
     parser.add_argument(
@@ -26,24 +28,24 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seq-len", type=positive_int, default=None, help="sequence length (BERT)")
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    multichip.add_arguments(parser)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Simulate and print."""
-    result = simulate(
-        args.target,
-        args.workload,
-        mode=args.mode,
-        batch=args.batch,
-        precision=args.precision,
-        seq_len=args.seq_len,
-        search_path=args.lib,
-    )
+    """Simulate and print (a SCALE-Sim ``CONFIG.cfg TOPOLOGY.csv`` pair runs as ``archsim scalesim``)."""
+    if scalesim.is_scalesim_pair(args.target, args.workload):
+        if args.mode != "infer" or args.batch or args.precision or args.seq_len:
+            raise UsageError(
+                args.target, "", "--mode, --batch, --precision and --seq-len do not apply to SCALE-Sim files"
+            )
+        args.config, args.topology, args.model = args.target, args.workload, StallModel.SCALESIM.value
+        return scalesim.run(args)
+    result = multichip.simulate_args(args)
     if args.json:
         print(to_json(result))
     else:
-        print("\n".join(summary_lines(result)))
+        print("\n".join(summary_lines(result) + multichip.summary_lines(result)))
         print()
         print("\n".join(layer_table(result)))
     return 0

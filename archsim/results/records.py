@@ -2,18 +2,26 @@
 
 The CLI's ``--json`` output is exactly :meth:`RunResult.to_dict` serialised by :func:`to_json`, so the
 Python API and the CLI return the same records. Times are seconds, sizes bytes, rates per second.
+
+A run on a multi-chip system (:func:`build_system_result`) fills the same record: ``layers`` are the
+representative chip's ops (one per stage in a pipeline, with its ``stage``), and the system fields --
+``num_chips``, ``data_parallel``, ``global_batch``, ``scaling_efficiency`` (throughput over ``num_chips``
+times the one-chip throughput at the same per-chip batch), ``comm_s``, ``exposed_comm_s``, ``bubble_s``,
+``links`` (utilization per link class) and ``collectives`` -- say what the interconnect did. A one-chip
+run has ``num_chips`` 1, ``scaling_efficiency`` 1 and no communication.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from archsim.engine.replay import OpTiming
 from archsim.models.base import Bound
 from archsim.spec.chip import ChipSpec
-from archsim.workloads.trace import Trace
+from archsim.workloads.trace import Op, Phase, Trace
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +43,42 @@ class LayerRecord:
     """Bytes of the tensors the op reads and writes, each once."""
     roofline_s: float
     bound: str
+    stage: int = 0
+    """Pipeline stage whose chip ran the op (0 without pipelining)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LinkRecord:
+    """Traffic on one class of identical links (one tier, one direction) over a step.
+
+    By symmetry every link of the class carries what its representative carried; the numbers are
+    means over the representative links simulated (``links`` of them), per link.
+    """
+
+    tier: str
+    link: str
+    """Link type."""
+    direction: str
+    """``+``/``-`` around a ring, ``out``/``in`` through a switch port."""
+    links: int
+    bytes: float
+    """Bytes one link carried in the step."""
+    busy_s: float
+    """Seconds one link spent transferring."""
+    utilization: float
+    """``busy_s`` over the step time (mean over the class)."""
+    max_utilization: float
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveRecord:
+    """One collective (or pipeline transfer) of the step."""
+
+    name: str
+    stage: int
+    bytes: float
+    start_s: float
+    end_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +118,32 @@ class RunResult:
     memory_bytes: int
     """Device memory the step needs (per chip)."""
     memory_capacity_bytes: int
+    system: str | None = field(default=None, kw_only=True)
+    """The multi-chip system (None for a single chip)."""
+    nodes: int = field(default=1, kw_only=True)
+    data_parallel: int = field(default=1, kw_only=True)
+    """Replicas of the model (chips / pipeline stages)."""
+    pipeline_stages: int = field(default=1, kw_only=True)
+    microbatches: int = field(default=1, kw_only=True)
+    schedule: str | None = field(default=None, kw_only=True)
+    collective: str | None = field(default=None, kw_only=True)
+    """All-reduce algorithm used for gradients."""
+    global_batch: int = field(default=0, kw_only=True)
+    """Samples per step, all replicas: ``batch * data_parallel``."""
+    single_chip_throughput: float = field(default=0.0, kw_only=True)
+    """Samples per second of one chip running the same per-chip batch alone."""
+    scaling_efficiency: float = field(default=1.0, kw_only=True)
+    """``throughput / (num_chips * single_chip_throughput)``."""
+    comm_s: float = field(default=0.0, kw_only=True)
+    """Seconds during which any inter-chip transfer was in flight."""
+    exposed_comm_s: float = field(default=0.0, kw_only=True)
+    """Step time added by communication (step time minus the same step with free links)."""
+    bubble_s: float = field(default=0.0, kw_only=True)
+    """Pipeline bubble: mean idle seconds per stage before the flush."""
+    bubble_fraction: float = field(default=0.0, kw_only=True)
+    """``bubble_s`` over the time to the pipeline flush."""
+    links: tuple[LinkRecord, ...] = field(default=(), kw_only=True)
+    collectives: tuple[CollectiveRecord, ...] = field(default=(), kw_only=True)
     layers: tuple[LayerRecord, ...]
 
     def to_dict(self) -> dict[str, Any]:
@@ -146,5 +216,112 @@ def build_result(
         time_by_bound=by_bound,
         memory_bytes=trace.memory_bytes,
         memory_capacity_bytes=capacity_bytes,
+        global_batch=samples,
+        single_chip_throughput=per_chip,
+        layers=layers,
+    )
+
+
+def build_system_result(
+    *,
+    target: str,
+    system: str,
+    nodes: int,
+    chip: ChipSpec,
+    trace: Trace,
+    batch: int,
+    entries: Sequence[tuple[Op, OpTiming, int]],
+    ops_time_s: float,
+    step_overhead_s: float,
+    num_chips: int,
+    data_parallel: int,
+    pipeline_stages: int,
+    microbatches: int,
+    schedule: str | None,
+    collective: str | None,
+    memory_bytes: int,
+    capacity_bytes: int,
+    single_chip_step_s: float,
+    comm_s: float,
+    exposed_comm_s: float,
+    bubble_s: float,
+    bubble_fraction: float,
+    links: Sequence[LinkRecord],
+    collectives: Sequence[CollectiveRecord],
+) -> RunResult:
+    """Assemble the result of a step on a system.
+
+    ``trace`` is one microbatch's (the per-chip batch when not pipelined); ``batch`` is the per-replica
+    batch; ``entries`` the representative ops with their timings and stages; ``single_chip_step_s``
+    the step time of one chip running the same per-replica batch alone.
+    """
+    layers = tuple(
+        LayerRecord(
+            name=op.name,
+            kind=op.kind.value,
+            phase=op.phase.value,
+            unit=t.cost.unit.value,
+            start_s=t.start_s,
+            end_s=t.end_s,
+            cycles=round((t.end_s - t.start_s) * chip.clock),
+            flops=op.flops,
+            bytes=t.cost.dram_bytes,
+            tensor_bytes=op.bytes,
+            roofline_s=t.cost.roofline_s,
+            bound=t.cost.bound.value,
+            stage=stage,
+        )
+        for op, t, stage in entries
+    )
+    step_time_s = ops_time_s + step_overhead_s
+    by_bound = {b.value: 0.0 for b in Bound}
+    for _, t, _ in entries:
+        by_bound[t.cost.bound.value] += t.end_s - t.start_s
+    by_bound[Bound.COMMUNICATION.value] += exposed_comm_s
+    update_flops = sum(op.flops for op in trace.ops if op.phase is Phase.UPDATE)
+    replica_flops = (trace.flops - update_flops) * microbatches + update_flops
+    flops = replica_flops * data_parallel
+    samples = batch * data_parallel
+    throughput = samples / step_time_s
+    per_chip = throughput / num_chips
+    single = batch / single_chip_step_s
+    return RunResult(
+        target=target,
+        workload=trace.name,
+        mode=trace.mode.value,
+        batch=batch,
+        precision=trace.precision.value,
+        seq_len=trace.seq_len,
+        num_chips=num_chips,
+        step_time_s=step_time_s,
+        throughput=throughput,
+        flops=flops,
+        utilization=flops / step_time_s / (chip.peak[trace.precision] * num_chips),
+        normalized=Normalized(
+            per_chip=per_chip,
+            per_watt=per_chip / chip.tdp if chip.tdp else None,
+            per_billion_transistors=per_chip / (chip.transistors / 1e9) if chip.transistors else None,
+        ),
+        ops_time_s=ops_time_s,
+        step_overhead_s=step_overhead_s,
+        time_by_bound=by_bound,
+        memory_bytes=memory_bytes,
+        memory_capacity_bytes=capacity_bytes,
+        system=system,
+        nodes=nodes,
+        data_parallel=data_parallel,
+        pipeline_stages=pipeline_stages,
+        microbatches=microbatches,
+        schedule=schedule,
+        collective=collective,
+        global_batch=samples,
+        single_chip_throughput=single,
+        scaling_efficiency=throughput / (num_chips * single),
+        comm_s=comm_s,
+        exposed_comm_s=exposed_comm_s,
+        bubble_s=bubble_s,
+        bubble_fraction=bubble_fraction,
+        links=tuple(links),
+        collectives=tuple(collectives),
         layers=layers,
     )

@@ -19,6 +19,7 @@ from archsim.spec.common import (
     Bandwidth,
     Bytes,
     Count,
+    Duration,
     Fraction,
     Frequency,
     Length,
@@ -64,12 +65,20 @@ class Efficiency(Spec):
     """Fraction of the main memory's peak bandwidth a streaming kernel reaches."""
     vector: Fraction | None = None
     """Fraction of the vector/CUDA-core peak an element-wise kernel reaches when not memory bound."""
-    op_overhead: Time | None = None
-    """Fixed cost of issuing one op: kernel launch (GPU), program step (IPU), task dispatch (Ascend)."""
-    step_overhead: Time | None = None
-    """Fixed cost per training or inference step outside the ops (framework, host, data feed)."""
+    op_overhead: Duration | None = None
+    """Device-side fixed cost of one op, part of its duration: the gap between back-to-back kernels
+    (GPU), program step (IPU), task dispatch (Ascend)."""
+    host_overhead: Duration | None = None
+    """Host-side cost of issuing one op (framework dispatch and launch call). The host issues ops
+    ahead of the device; this cost shows only when ops are shorter than it (small batches)."""
+    step_overhead: Duration | None = None
+    """Fixed cost per training step outside the ops (optimizer bookkeeping, loss scaling, data feed);
+    inference steps do not pay it."""
     exchange: Fraction | None = None
     """IPU only: fraction of the on-chip exchange bandwidth an exchange phase reaches."""
+    wave_overhead: Duration | None = None
+    """GPU only: time each wave of thread blocks spends filling and draining its pipeline (the first
+    operand tiles arriving from memory, the last results stored) when it cannot overlap a neighbour."""
 
     def merged(self, override: Efficiency) -> Efficiency:
         """A copy with every field that ``override`` sets replaced."""

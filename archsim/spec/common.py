@@ -2,7 +2,8 @@
 
 Quantity fields are declared with the ``Annotated`` types below; each parses its unit string once, at
 load time, to a number in SI base units (see :mod:`archsim.units`). Count fields are strict integers:
-``"80"`` or ``true`` where a count is expected is an error, as is ``0`` or a negative count.
+``"80"`` or ``true`` where a count is expected is an error, as is ``0``, a negative count or one
+above :data:`~archsim.limits.MAX_COUNT` (2^53).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Annotated, Any, TypeVar
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictFloat, StrictInt
 
 from archsim.errors import UnitError
+from archsim.limits import MAX_COUNT
 from archsim.units import Dimension, parse, parse_bytes
 
 SCHEMA_VERSION = 1
@@ -24,10 +26,10 @@ class Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def _quantity(dimension: Dimension) -> Any:
+def _quantity(dimension: Dimension, allow_zero: bool = False) -> Any:
     def validate(value: object) -> float:
         try:
-            return parse(value, dimension)
+            return parse(value, dimension, allow_zero)
         except UnitError as err:
             raise ValueError(err.problem) from None
 
@@ -51,11 +53,13 @@ Bytes = Annotated[int, BeforeValidator(_bytes)]
 Bandwidth = Annotated[float, _quantity(Dimension.BANDWIDTH)]
 Frequency = Annotated[float, _quantity(Dimension.FREQUENCY)]
 Time = Annotated[float, _quantity(Dimension.TIME)]
+Duration = Annotated[float, _quantity(Dimension.TIME, allow_zero=True)]
+"""A time that may be zero (``"0 s"``): a cost that some designs do not pay."""
 Throughput = Annotated[float, _quantity(Dimension.THROUGHPUT)]
 Power = Annotated[float, _quantity(Dimension.POWER)]
 Area = Annotated[float, _quantity(Dimension.AREA)]
 Length = Annotated[float, _quantity(Dimension.LENGTH)]
-Count = Annotated[StrictInt, Field(gt=0)]
+Count = Annotated[StrictInt, Field(gt=0, le=MAX_COUNT)]
 Fraction = Annotated[StrictFloat, AfterValidator(_fraction)]
 Name = Annotated[str, Field(min_length=1, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
 

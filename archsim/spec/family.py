@@ -14,11 +14,12 @@ from pydantic import model_validator
 from archsim.spec.chip import Efficiency, Family
 from archsim.spec.common import Spec
 
+_COMMON = ("compute", "memory_bandwidth", "vector", "op_overhead", "host_overhead", "step_overhead")
 REQUIRED = {
-    Family.TENSORCORE: ("compute", "memory_bandwidth", "vector", "op_overhead", "step_overhead"),
-    Family.IPU: ("compute", "memory_bandwidth", "vector", "op_overhead", "step_overhead", "exchange"),
-    Family.CUBE: ("compute", "memory_bandwidth", "vector", "op_overhead", "step_overhead"),
-    Family.SYSTOLIC: ("compute", "memory_bandwidth", "vector", "op_overhead", "step_overhead"),
+    Family.TENSORCORE: (*_COMMON, "wave_overhead"),
+    Family.IPU: (*_COMMON, "exchange"),
+    Family.CUBE: _COMMON,
+    Family.SYSTOLIC: _COMMON,
 }
 
 

@@ -2,7 +2,7 @@
 
 The search path is, in order: folders given explicitly (the CLI's ``--lib``, or ``Library(paths)``),
 folders in the ``ARCHSIM_PATH`` environment variable (separated by ``os.pathsep``), then the built-in
-library (``chips/``, ``memory/``, ``interconnect/``, ``workloads/``), which ships inside the wheel
+library (``chips/``, ``memory/``, ``interconnect/``, ``workloads/``, ``validation/``), which ships inside the wheel
 and is read from the source tree in a checkout. A name found earlier in the path shadows a later one,
 so a user folder can replace a built-in chip. Every YAML file under a folder is indexed by its
 ``kind``, ``name`` and ``aliases``; a path to a file works wherever a name does.
@@ -17,21 +17,26 @@ from pathlib import Path
 from typing import Any
 
 from archsim.errors import LookupFailed, SpecError
+from archsim.limits import description_files
 from archsim.spec.chip import ChipSpec, Family
 from archsim.spec.family import FamilySpec
 from archsim.spec.link import LinkSpec
 from archsim.spec.memory import MemorySpec
 from archsim.spec.model import ModelSpec
+from archsim.spec.system import SystemSpec
+from archsim.spec.validation import ValidationSpec
 from archsim.spec.yamlio import read_yaml, validate
 
 ENV_VAR = "ARCHSIM_PATH"
-BUILTIN_FOLDERS = ("chips", "memory", "interconnect", "workloads")
+BUILTIN_FOLDERS = ("chips", "memory", "interconnect", "workloads", "validation")
 SPEC_CLASSES: dict[str, type[Any]] = {
     "chip": ChipSpec,
     "family": FamilySpec,
     "memory": MemorySpec,
     "link": LinkSpec,
     "model": ModelSpec,
+    "system": SystemSpec,
+    "validation": ValidationSpec,
 }
 
 
@@ -75,7 +80,11 @@ class Library:
         if use_env:
             roots += [Path(p) for p in os.environ.get(ENV_VAR, "").split(os.pathsep) if p]
         for root in roots:
-            if not root.is_dir():
+            try:
+                is_folder = root.is_dir()
+            except (OSError, ValueError):  # a name too long for the OS, or holding a NUL
+                is_folder = False
+            if not is_folder:
                 raise LookupFailed(str(root), "search path", "not a folder")
         self.roots: list[Path] = roots + builtin_roots()
         self._specs: dict[tuple[str, str], Any] = {}
@@ -84,7 +93,7 @@ class Library:
     def _index(self) -> dict[tuple[str, str], Entry]:
         index: dict[tuple[str, str], Entry] = {}
         for root in self.roots:
-            for path in sorted(root.rglob("*.yaml")):
+            for path in description_files(root):
                 entry = Entry(path, read_yaml(path))
                 for name in (entry.name, *entry.aliases):
                     index.setdefault((entry.kind, name), entry)
@@ -156,6 +165,33 @@ class Library:
         """A link type by name."""
         spec: LinkSpec = self.spec(self.find(["link"], name))
         return spec
+
+    def validation(self, name: str) -> ValidationSpec:
+        """A validation table by name or path."""
+        spec: ValidationSpec = self.spec(self.find(["validation"], name))
+        return spec
+
+    def system(self, name: str) -> SystemSpec:
+        """A multi-chip system by name, alias or path, with its chip, link types and sources checked."""
+        entry = self.find(["system"], name)
+        source = str(entry.path)
+        system: SystemSpec = self.spec(entry)
+        missing = system.missing_sources()
+        if missing:
+            raise SpecError(source, "sources", f"no source for {', '.join(missing)} (cite where its numbers come from)")
+        try:
+            self.chip(system.chip)
+        except LookupFailed as err:
+            raise SpecError(source, "chip", err.problem) from None
+        named = [(f"levels.{name}.link", level.link) for name, level in system.levels.items()]
+        if system.scale_out is not None:
+            named.append(("scale_out.link", system.scale_out.link))
+        for field, link in named:
+            try:
+                self.link(link)
+            except LookupFailed as err:
+                raise SpecError(source, field, err.problem) from None
+        return system
 
     def model(self, name: str) -> ModelSpec:
         """A built-in workload model by name."""

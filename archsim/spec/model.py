@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import model_validator
 
+from archsim.limits import MAX_MODEL_LAYERS
 from archsim.spec.common import Count, Fraction, Name, Spec
 
 
@@ -57,6 +58,8 @@ class ResNetSection(Spec):
     def _stages(self) -> ResNetSection:
         if len(self.blocks) != len(self.widths) or not self.blocks:
             raise ValueError("blocks and widths must be non-empty lists of equal length")
+        if sum(self.blocks) > MAX_MODEL_LAYERS:
+            raise ValueError(f"blocks: {sum(self.blocks)} blocks in all, more than the {MAX_MODEL_LAYERS} allowed")
         return self
 
 
@@ -76,6 +79,8 @@ class BertSection(Spec):
 
     @model_validator(mode="after")
     def _heads(self) -> BertSection:
+        if self.layers > MAX_MODEL_LAYERS:
+            raise ValueError(f"layers: {self.layers} is more than the {MAX_MODEL_LAYERS} allowed")
         if self.hidden % self.heads:
             raise ValueError(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
         if self.default_seq_len > self.max_position:

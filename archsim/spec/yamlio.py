@@ -2,12 +2,15 @@
 
 * Only the safe loader is used: tags that construct Python objects are refused.
 * A mapping with the same key twice is an error (PyYAML would keep the last one silently).
-* Files over :data:`MAX_FILE_BYTES` are refused before parsing.
+* Files over :data:`MAX_FILE_BYTES` are refused before parsing, as are FIFOs and devices.
+* The text's size, nesting depth, alias expansion and number lengths are checked before it is
+  composed (:mod:`archsim.spec.yamlguard`; limits in :mod:`archsim.limits`).
 * Any problem becomes a :class:`~archsim.errors.SpecError` naming the file and the YAML path.
 """
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -15,9 +18,8 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from archsim.errors import SpecError
-
-MAX_FILE_BYTES = 64 * 2**20
-"""Largest description or trace file archsim reads (64 MiB)."""
+from archsim.limits import MAX_FILE_BYTES as MAX_FILE_BYTES  # re-exported: traces use it
+from archsim.spec.yamlguard import check_yaml_structure
 
 _BaseLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -49,6 +51,7 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 def parse_yaml_text(text: str, source: str) -> Any:
     """Parse YAML text safely; errors name ``source`` and the line."""
     try:
+        check_yaml_structure(text, source)
         return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
@@ -56,20 +59,31 @@ def parse_yaml_text(text: str, source: str) -> Any:
         problem = err.problem or err.context or "malformed YAML"
         raise SpecError(source, where, f"not valid YAML: {problem}") from None
     except yaml.YAMLError as err:
-        raise SpecError(source, "", f"not valid YAML: {err}") from None
+        # a reader error (a control character, say) spans lines: keep the first
+        raise SpecError(source, "", f"not valid YAML: {str(err).splitlines()[0]}") from None
+    except (ValueError, OverflowError, RecursionError) as err:
+        # a value the constructor cannot build (e.g. a date out of range); the guard stops the rest
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise SpecError(source, "", f"not valid YAML: {first[:120]}") from None
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
     """Read a YAML file that must hold one mapping; every failure is a one-line SpecError."""
     source = str(path)
     try:
-        size = path.stat().st_size
+        info = path.stat()
     except FileNotFoundError:
         raise SpecError(source, "", "no such file") from None
     except OSError as err:
         raise SpecError(source, "", f"cannot read: {err.strerror}") from None
-    if path.is_dir():
+    except ValueError:
+        raise SpecError(source, "", "not a valid file name") from None
+    size = info.st_size
+    if stat.S_ISDIR(info.st_mode):
         raise SpecError(source, "", "is a directory, expected a YAML file")
+    if not stat.S_ISREG(info.st_mode):
+        # a FIFO or a device would block or never end
+        raise SpecError(source, "", "not a regular file")
     if size > MAX_FILE_BYTES:
         raise SpecError(source, "", f"file is {size} bytes, larger than the {MAX_FILE_BYTES} allowed")
     try:

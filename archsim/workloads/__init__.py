@@ -3,7 +3,7 @@
 Public interface:
 
 * :func:`build_trace` -- a trace from a model name or alias, a path to a model or trace YAML file,
-  or an inline ``gemm:MxNxK`` / ``gemm:BxMxNxK``;
+  an inline ``gemm:MxNxK`` / ``gemm:BxMxNxK``, or an inline ``conv:N,C,H,W,K,R,S[,STRIDE[,PAD]]``;
 * :func:`write_trace` / :func:`read_trace` -- trace files (``kind: trace``), exact round trip.
 
 Network graphs live in :mod:`~archsim.workloads.resnet` and :mod:`~archsim.workloads.bert`, the
@@ -23,6 +23,7 @@ from archsim.spec.common import Precision
 from archsim.spec.library import Entry, Library
 from archsim.spec.model import Architecture, ModelSpec, Optimizer
 from archsim.workloads.bert import bert_graph
+from archsim.workloads.conv import conv_graph, is_conv
 from archsim.workloads.gemm import gemm_graph, is_gemm
 from archsim.workloads.graph import ForwardGraph
 from archsim.workloads.memory import inference_memory, training_memory
@@ -124,6 +125,12 @@ def build_trace(
         if seq_len is not None:
             raise UsageError(workload, "--seq-len", "an inline gemm has no sequence length")
         return _finish(gemm_graph(workload, precision), mode, 1, None, None)
+    if is_conv(workload):
+        if seq_len is not None:
+            raise UsageError(workload, "--seq-len", "an inline convolution has no sequence length")
+        if batch not in (None, 1):
+            raise UsageError(workload, "--batch", "the batch of an inline convolution is its first dimension, N")
+        return _finish(conv_graph(workload, precision), mode, 1, None, None)
     if workload.endswith((".yaml", ".yml")) or os.sep in workload:
         # read here rather than in Library.find, so that a large trace file is parsed fast, once
         entry = Entry(Path(workload), read_description(Path(workload)))

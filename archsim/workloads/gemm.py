@@ -13,7 +13,8 @@ the memory is weights, gradients, the saved ``A`` and the transient ``dC``/``dA`
 
 from __future__ import annotations
 
-from archsim.errors import UsageError
+from archsim.errors import LimitError, UsageError
+from archsim.limits import MAX_DIM
 from archsim.spec.common import Precision, parse_shape
 from archsim.workloads.graph import ForwardGraph, GraphBuilder
 from archsim.workloads.trace import Gemm
@@ -28,13 +29,18 @@ def is_gemm(workload: str) -> bool:
 
 
 def parse_gemm(workload: str) -> Gemm:
-    """``"gemm:MxNxK"`` or ``"gemm:BxMxNxK"`` -> :class:`Gemm`; a malformed shape is a UsageError."""
+    """``"gemm:MxNxK"`` or ``"gemm:BxMxNxK"`` -> :class:`Gemm`.
+
+    A malformed shape is a UsageError, a dimension above :data:`~archsim.limits.MAX_DIM` a LimitError.
+    """
     text = workload[len(PREFIX) :]
     for rank in (3, 4):
         try:
             dims = parse_shape(text, rank)
         except ValueError:
             continue
+        if max(dims) > MAX_DIM:
+            raise LimitError(workload, "workload", f"a dimension of {max(dims)} exceeds the limit of {MAX_DIM}")
         return Gemm(1, *dims) if rank == 3 else Gemm(*dims)
     raise UsageError(
         workload, "workload", "expected gemm:MxNxK or gemm:BxMxNxK with positive integers, e.g. gemm:4096x4096x4096"

@@ -23,6 +23,10 @@ YAML spelling is accepted); ``deps``, ``gemm`` and ``conv`` may be left out, as 
 unknown enum values and deps that do not point to an earlier op are errors: a
 :class:`~archsim.errors.SpecError` naming the file and the field (``ops[12].deps``). Strings are
 written double-quoted with YAML escapes, so any name survives the round trip.
+
+Sizes are bounded (:mod:`archsim.limits`): byte and FLOP counts at most 2^63 - 1, each dimension of a
+``gemm`` or ``conv`` at most 2^31 - 1, at most 100,000 ops, and a file not in the one-op-per-line
+form at most 4 MiB.
 """
 
 from __future__ import annotations
@@ -35,11 +39,14 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, StrictInt, StrictStr, model_validator
 
 from archsim.errors import SpecError
+from archsim.limits import MAX_DIM, MAX_INT, check_trace_ops
 from archsim.spec.common import Count, Name, Precision, Spec
 from archsim.spec.yamlio import MAX_FILE_BYTES, parse_yaml_text, read_yaml, validate
 from archsim.workloads.trace import ConvShape, Gemm, Mode, Op, OpKind, Phase, Role, TensorAccess, Trace
 
-NonNegative = Annotated[StrictInt, Field(ge=0)]
+NonNegative = Annotated[StrictInt, Field(ge=0, le=MAX_INT)]
+Dim = Annotated[StrictInt, Field(gt=0, le=MAX_DIM)]
+"""One dimension of a matrix product or convolution (at most :data:`~archsim.limits.MAX_DIM`)."""
 
 
 class TensorEntry(Spec):
@@ -53,23 +60,23 @@ class TensorEntry(Spec):
 class GemmEntry(Spec):
     """The Gemm view ``C[batch, m, n] += A[batch, m, k] @ B[batch, k, n]``."""
 
-    batch: Count
-    m: Count
-    n: Count
-    k: Count
+    batch: Dim
+    m: Dim
+    n: Dim
+    k: Dim
 
 
 class ConvEntry(Spec):
     """A 2-D convolution shape (see :class:`~archsim.workloads.trace.ConvShape`)."""
 
-    n: Count
-    c: Count
-    h: Count
-    w: Count
-    k: Count
-    r: Count
-    s: Count
-    stride: Count = 1
+    n: Dim
+    c: Dim
+    h: Dim
+    w: Dim
+    k: Dim
+    r: Dim
+    s: Dim
+    stride: Dim = 1
     pad: NonNegative = 0
 
 
@@ -144,6 +151,8 @@ def _op(entry: OpEntry) -> Op:
 
 def trace_from_data(data: Any, source: str) -> Trace:
     """Validate parsed YAML ``data`` (from ``source``) as a trace file and build the Trace."""
+    if isinstance(data, dict) and isinstance(data.get("ops"), list):
+        check_trace_ops(len(data["ops"]), source)
     spec = validate(TraceFile, data, source)
     _check_deps(spec.ops, source)
     return Trace(
@@ -185,6 +194,7 @@ def parse_trace_text(text: str, source: str) -> dict[str, Any]:
     if marker and not head.startswith("ops:"):
         lines = body.splitlines()
         if all(line.startswith("- {") for line in lines):
+            check_trace_ops(len(lines), source)  # before parsing: each op line costs memory and time
             try:
                 ops = [
                     json.loads(line[2:], object_pairs_hook=_unique_keys, parse_constant=_no_constant) for line in lines
@@ -207,10 +217,12 @@ def parse_trace_text(text: str, source: str) -> dict[str, Any]:
 def read_description(path: Path) -> dict[str, Any]:
     """Read a YAML description file as :func:`~archsim.spec.yamlio.read_yaml` does, traces fast."""
     source = str(path)
-    if not path.is_file():
-        return read_yaml(path)  # its messages for a missing file or a folder
-    if path.stat().st_size > MAX_FILE_BYTES:
-        return read_yaml(path)
+    try:
+        regular = path.is_file() and path.stat().st_size <= MAX_FILE_BYTES
+    except (OSError, ValueError):  # a name too long for the OS, or holding a NUL
+        regular = False
+    if not regular:
+        return read_yaml(path)  # its messages for a missing, special, oversized or unreadable file
     try:
         text = path.read_text(encoding="utf-8")
     except (UnicodeDecodeError, OSError):

@@ -10,7 +10,8 @@ imported graph works as well as a built-in one):
    need none unless the graph names them in ``grad_inputs``; weights always do.
 
    * ``conv2d``: ``bwd_data`` (dX) unless X needs no gradient, and ``bwd_weight`` (dW); both keep
-     the ConvShape. dW is the Gemm ``m = K, n = C*R*S, k = N*P*Q``. dX is ``m = N*H*W, n = C,
+     the ConvShape. dW is the Gemm ``m = C*R*S, n = K, k = N*P*Q`` (dW transposed,
+     so that its first read, X, is the A operand). dX is ``m = N*H*W, n = C,
      k = K*R*S`` for stride 1; for stride ``s > 1`` that view would multiply by ``s^2`` zeros
      inserted into dY, so dX is the GEMM + col2im form ``m = N*P*Q, n = C*R*S, k = K`` whose MACs
      equal the forward's.
@@ -164,7 +165,8 @@ class _Backward:
             if conv is None:
                 view = Gemm(g.batch, g.k, g.n, g.m)
             else:
-                view = Gemm(1, conv.k, conv.c * conv.r * conv.s, conv.n * conv.p * conv.q)
+                # dW^T = im2col(X)^T @ dY, so that the first read (X) is the A operand
+                view = Gemm(1, conv.c * conv.r * conv.s, conv.k, conv.n * conv.p * conv.q)
             d = set(deps)
             reads = [self.saved_read(a, d), *outs]
             grads = [self.grad_of(b)] if b.name in self.needs else []

@@ -143,6 +143,9 @@ def test_file_loads(library: Library, path: Path) -> None:
     elif kind == "link":
         library.link(name)
         assert library.find(["link"], name).path == path
+    elif kind == "system":
+        library.system(name)
+        assert library.find(["system"], name).path == path
     else:
         pytest.fail(f"{file_id(path)}: unexpected kind {kind!r} in a library folder")
 
