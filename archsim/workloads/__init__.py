@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from archsim.errors import SpecError, UsageError
 from archsim.spec.common import Precision
@@ -35,7 +36,14 @@ from archsim.workloads.resnet import resnet_graph
 from archsim.workloads.trace import Mode, Trace
 from archsim.workloads.traceio import read_description, read_trace, trace_from_data, write_trace
 
-__all__ = ["build_trace", "read_trace", "write_trace"]
+__all__ = ["build_trace", "from_torch", "read_trace", "write_trace"]
+
+
+def from_torch(*args: Any, **kwargs: Any) -> Trace:
+    """A trace of a PyTorch module; see :func:`archsim.workloads.torch_import.from_torch` (needs torch)."""
+    from archsim.workloads.torch_import import from_torch as build
+
+    return build(*args, **kwargs)
 
 
 def _positive(value: int | None, field: str, source: str) -> None:
