@@ -10,6 +10,8 @@ anything a real chip, network or trace needs, so that they only ever stop mistak
 limit                      value                why
 =========================  ===================  ==========================================================
 ``MAX_FILE_BYTES``         64 MiB               largest file read at all (checked before reading)
+``MAX_MODEL_FILE_BYTES``   2 GiB                largest ONNX or Chakra file read (protobuf's own limit on one
+                                                message); weights are dropped as soon as it is parsed
 ``MAX_YAML_BYTES``         4 MiB                largest text parsed as general YAML (PyYAML builds about
                                                 0.6 MB/s); a bigger trace file must be in the one-op-per-line
                                                 form :func:`~archsim.workloads.write_trace` writes
@@ -46,6 +48,8 @@ from archsim.errors import LimitError, SpecError
 
 MAX_FILE_BYTES = 64 * 2**20
 """Largest description, trace or baseline file archsim reads (64 MiB)."""
+MAX_MODEL_FILE_BYTES = 2 * 2**30
+"""Largest ONNX model or Chakra execution trace read (2 GiB, protobuf's limit on one message)."""
 MAX_YAML_BYTES = 4 * 2**20
 """Largest text parsed as general YAML (4 MiB); trace op lines in JSON form are exempt."""
 MAX_YAML_DEPTH = 64

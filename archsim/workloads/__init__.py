@@ -4,7 +4,10 @@ Public interface:
 
 * :func:`build_trace` -- a trace from a model name or alias, a path to a model or trace YAML file,
   an inline ``gemm:MxNxK`` / ``gemm:BxMxNxK``, or an inline ``conv:N,C,H,W,K,R,S[,STRIDE[,PAD]]``;
-* :func:`write_trace` / :func:`read_trace` -- trace files (``kind: trace``), exact round trip.
+* :func:`write_trace` / :func:`read_trace` -- trace files (``kind: trace``), exact round trip;
+* ONNX models (``*.onnx``, :mod:`~archsim.workloads.onnx_import`), PyTorch modules
+  (:func:`from_torch`, :mod:`~archsim.workloads.torch_import`) and Chakra execution traces
+  (``*.et``, :mod:`~archsim.workloads.chakra`) as workloads.
 
 Network graphs live in :mod:`~archsim.workloads.resnet` and :mod:`~archsim.workloads.bert`, the
 generic training derivation in :mod:`~archsim.workloads.training`, memory estimates in
@@ -17,40 +20,35 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from archsim.errors import SpecError, UsageError
 from archsim.spec.common import Precision
 from archsim.spec.library import Entry, Library
-from archsim.spec.model import Architecture, ModelSpec, Optimizer
+from archsim.spec.model import Architecture, ModelSpec
 from archsim.workloads.bert import bert_graph
+from archsim.workloads.chakra import is_chakra, read_chakra
 from archsim.workloads.conv import conv_graph, is_conv
 from archsim.workloads.gemm import gemm_graph, is_gemm
-from archsim.workloads.graph import ForwardGraph
-from archsim.workloads.memory import inference_memory, training_memory
+from archsim.workloads.memory import finish_trace
+from archsim.workloads.onnx_import import is_onnx
 from archsim.workloads.resnet import resnet_graph
 from archsim.workloads.trace import Mode, Trace
 from archsim.workloads.traceio import read_description, read_trace, trace_from_data, write_trace
-from archsim.workloads.training import training_ops
 
-__all__ = ["build_trace", "read_trace", "write_trace"]
+__all__ = ["build_trace", "from_torch", "read_trace", "write_trace"]
+
+
+def from_torch(*args: Any, **kwargs: Any) -> Trace:
+    """A trace of a PyTorch module; see :func:`archsim.workloads.torch_import.from_torch` (needs torch)."""
+    from archsim.workloads.torch_import import from_torch as build
+
+    return build(*args, **kwargs)
 
 
 def _positive(value: int | None, field: str, source: str) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise UsageError(source, field, f"must be a positive integer, got {value!r}")
-
-
-def _finish(graph: ForwardGraph, mode: Mode, batch: int, seq_len: int | None, optimizer: Optimizer | None) -> Trace:
-    """Turn a forward graph into the trace of ``mode``, with its memory estimate."""
-    meta = dict(graph.meta)
-    if mode is Mode.TRAIN:
-        ops, saved = training_ops(graph, optimizer)
-        memory = training_memory(graph, ops, saved, optimizer)
-        if optimizer is not None:
-            meta["optimizer"] = optimizer.value
-    else:
-        ops, memory = graph.ops, inference_memory(graph)
-    return Trace(graph.name, mode, batch, graph.precision, ops, graph.parameters, memory, seq_len, meta)
 
 
 def _model_trace(
@@ -72,7 +70,7 @@ def _model_trace(
             raise UsageError(source, "--seq-len", f"{spec.name} is not a sequence model; leave the sequence length out")
         graph = resnet_graph(spec, mode, batch, precision)
     graph = replace(graph, meta=meta)
-    return _finish(graph, mode, batch, seq_len, spec.optimizer)
+    return finish_trace(graph, mode, batch, seq_len, spec.optimizer)
 
 
 def _file_trace(
@@ -124,13 +122,26 @@ def build_trace(
             )
         if seq_len is not None:
             raise UsageError(workload, "--seq-len", "an inline gemm has no sequence length")
-        return _finish(gemm_graph(workload, precision), mode, 1, None, None)
+        return finish_trace(gemm_graph(workload, precision), mode, 1, None, None)
     if is_conv(workload):
         if seq_len is not None:
             raise UsageError(workload, "--seq-len", "an inline convolution has no sequence length")
         if batch not in (None, 1):
             raise UsageError(workload, "--batch", "the batch of an inline convolution is its first dimension, N")
-        return _finish(conv_graph(workload, precision), mode, 1, None, None)
+        return finish_trace(conv_graph(workload, precision), mode, 1, None, None)
+    if is_onnx(workload):
+        from archsim.workloads.onnx_import import onnx_trace
+
+        return onnx_trace(workload, mode, batch, precision, seq_len)
+    if is_chakra(workload):
+        chakra = read_chakra(workload, precision)
+        if chakra.comms:
+            raise UsageError(
+                workload,
+                "",
+                f"{len(chakra.comms)} communication nodes: replay it on a system (archsim run SYSTEM FILE)",
+            )
+        return _file_trace(chakra.trace, workload, mode, batch, precision, seq_len)
     if workload.endswith((".yaml", ".yml")) or os.sep in workload:
         # read here rather than in Library.find, so that a large trace file is parsed fast, once
         entry = Entry(Path(workload), read_description(Path(workload)))

@@ -20,8 +20,8 @@ from collections.abc import Iterable, Sequence
 
 from archsim.spec.model import Optimizer
 from archsim.workloads.graph import ForwardGraph
-from archsim.workloads.trace import Op, Role
-from archsim.workloads.training import MASTER_BYTES, OPTIMIZER_COST
+from archsim.workloads.trace import Mode, Op, Role, Trace
+from archsim.workloads.training import MASTER_BYTES, OPTIMIZER_COST, training_ops
 
 
 def persistent_bytes(graph: ForwardGraph) -> int:
@@ -86,3 +86,23 @@ def training_memory(graph: ForwardGraph, ops: Sequence[Op], saved: frozenset[str
             if t.name in saved:
                 sizes[t.name] = max(sizes.get(t.name, 0), t.bytes)
     return total + sum(sizes.values()) + _transient_bytes(ops, saved)
+
+
+def finish_trace(
+    graph: ForwardGraph, mode: Mode, batch: int, seq_len: int | None, optimizer: Optimizer | None
+) -> Trace:
+    """Turn a forward graph into the trace of ``mode``, with its memory estimate.
+
+    Training derives the loss, backward and update ops (:func:`~archsim.workloads.training.training_ops`);
+    inference keeps the forward ops. Every builder (built-in models, inline GEMMs and convolutions,
+    imported ONNX and PyTorch graphs) ends here, so their traces are derived the same way.
+    """
+    meta = dict(graph.meta)
+    if mode is Mode.TRAIN:
+        ops, saved = training_ops(graph, optimizer)
+        memory = training_memory(graph, ops, saved, optimizer)
+        if optimizer is not None:
+            meta["optimizer"] = optimizer.value
+    else:
+        ops, memory = graph.ops, inference_memory(graph)
+    return Trace(graph.name, mode, batch, graph.precision, ops, graph.parameters, memory, seq_len, meta)

@@ -1,0 +1,162 @@
+"""ONNX import: ResNet-50 and BERT-Base built here agree with the built-in traces; bad files fail in one line."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+onnx = pytest.importorskip("onnx")
+
+from onnx import TensorProto, helper  # noqa: E402 - after the optional-dependency skip
+
+from archsim.api import simulate  # noqa: E402
+from archsim.cli import main  # noqa: E402
+from archsim.errors import SpecError, UsageError  # noqa: E402
+from archsim.spec.common import Precision  # noqa: E402
+from archsim.spec.library import Library  # noqa: E402
+from archsim.workloads import build_trace  # noqa: E402
+from archsim.workloads.onnx_import import import_onnx  # noqa: E402
+from archsim.workloads.trace import Mode, OpKind, Trace  # noqa: E402
+from tests.onnx_models import bert_base_model, resnet50_model, save  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def resnet_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save(resnet50_model(), tmp_path_factory.mktemp("onnx") / "resnet50.onnx")
+
+
+@pytest.fixture(scope="module")
+def bert_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save(bert_base_model(), tmp_path_factory.mktemp("onnx") / "bert-base.onnx")
+
+
+def _numbers(trace: Trace) -> list[tuple[object, ...]]:
+    """Everything about each op but its name and tensor names."""
+    return [
+        (op.kind, op.phase, op.flops, op.bytes_read, op.bytes_written, op.deps, op.gemm, op.conv) for op in trace.ops
+    ]
+
+
+@pytest.mark.parametrize("mode", [Mode.INFER, Mode.TRAIN])
+def test_resnet50_agrees_with_the_builtin_op_for_op(resnet_file: Path, library: Library, mode: Mode) -> None:
+    imported = import_onnx(resnet_file, mode, 4, Precision.FP16, optimizer="sgd-momentum")
+    builtin = build_trace("resnet50", library, mode, 4, Precision.FP16, None)
+    assert _numbers(imported) == _numbers(builtin)
+    assert imported.parameters == builtin.parameters == 25_557_032
+    assert imported.memory_bytes == builtin.memory_bytes
+    assert imported.batch == 4
+    assert imported.seq_len is None
+
+
+def test_bert_base_flops_within_a_percent_and_differences_explained(bert_file: Path, library: Library) -> None:
+    b, s, h = 8, 128, 768
+    imported = import_onnx(bert_file, Mode.INFER, b, Precision.FP16, seq_len=s)
+    builtin = build_trace("bert-base", library, Mode.INFER, b, Precision.FP16, s)
+    assert abs(imported.flops / builtin.flops - 1) < 0.01
+    assert imported.parameters == builtin.parameters == 108_893_186
+    assert (imported.batch, imported.seq_len) == (b, s)
+    # The differences, all from how the ONNX graph is written, none from the import:
+    # 1. Q, K and V are three MatMul+Add (the built-in fuses them into one qkv product): +2 matmuls a layer,
+    #    the same FLOPs, the hidden states read three times instead of once;
+    # 2. the scale and the mask are Div and Add (the built-in's one scale_mask op): +1 op a layer, same FLOPs;
+    # 3. the embedding sum is two Adds (one three-input op built in): +1 op, same FLOPs;
+    # 4. the integer attention mask becomes additive by Cast, Sub, Mul (the built-in reads it ready-made):
+    #    3 ops on B*S elements, 2*B*S FLOPs more.
+    assert imported.flops - builtin.flops == 2 * b * s
+    kinds_imported = Counter(op.kind for op in imported.ops)
+    kinds_builtin = Counter(op.kind for op in builtin.ops)
+    assert kinds_imported[OpKind.MATMUL] == kinds_builtin[OpKind.MATMUL] + 2 * 12
+    assert kinds_imported[OpKind.ELEMENTWISE] == kinds_builtin[OpKind.ELEMENTWISE] + 12 + 1 + 3
+    for kind in (OpKind.LAYERNORM, OpKind.SOFTMAX, OpKind.EMBEDDING):
+        assert [op.flops for op in imported.ops if op.kind is kind] == [
+            op.flops for op in builtin.ops if op.kind is kind
+        ]
+    matrix_flops = sum(op.flops for op in imported.ops if op.kind is OpKind.MATMUL)
+    assert matrix_flops == sum(op.flops for op in builtin.ops if op.kind is OpKind.MATMUL)
+    hidden_reads = 2 * 12 * b * s * h * Precision.FP16.bytes  # (1): x read by K and V as well
+    scores = 2 * 12 * b * 12 * s * s * Precision.FP16.bytes  # (2)
+    partial_sum = 2 * b * s * h * Precision.FP16.bytes  # (3)
+    mask_ops = 14 * b * s  # (4): Cast reads 4 and writes 2 bytes per element, Sub and Mul read and write 2
+    assert imported.ops[0].bytes == builtin.ops[0].bytes
+    extra = hidden_reads + scores + partial_sum + mask_ops
+    assert sum(op.bytes for op in imported.ops) - sum(op.bytes for op in builtin.ops) == extra
+
+
+def test_bert_trains_with_a_loss_on_its_outputs(bert_file: Path) -> None:
+    trace = import_onnx(bert_file, Mode.TRAIN, 2, Precision.FP16, seq_len=64)
+    assert [op.name for op in trace.ops if op.kind is OpKind.LOSS] == ["loss", "loss.bwd"]
+    assert trace.ops[-1].kind is OpKind.OPTIMIZER
+    assert trace.meta["optimizer"] == "adam"
+    trace.check()
+
+
+def test_run_simulates_an_onnx_file_directly(resnet_file: Path, bert_file: Path) -> None:
+    result = simulate("v100", str(resnet_file), batch=8)
+    builtin = simulate("v100", "resnet50", batch=8)
+    assert result.flops == builtin.flops
+    assert result.step_time_s == pytest.approx(builtin.step_time_s, rel=1e-9)
+    bert = simulate("a100", str(bert_file), mode="train", batch=2, seq_len=128)
+    assert bert.step_time_s > 0
+
+
+def test_symbolic_sequence_needs_seq_len(bert_file: Path, resnet_file: Path) -> None:
+    with pytest.raises(UsageError, match="--seq-len"):
+        import_onnx(bert_file, Mode.INFER, 2)
+    with pytest.raises(UsageError, match="no symbolic sequence"):
+        import_onnx(resnet_file, Mode.INFER, 2, seq_len=128)
+
+
+def _tiny(
+    nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto] | None = None, batch: object = 2
+) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes,
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=inits or [],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+
+
+def test_unsupported_ops_are_listed_with_counts(tmp_path: Path) -> None:
+    nodes = [
+        helper.make_node("Hardmax", ["x"], ["a"]),
+        helper.make_node("Hardmax", ["a"], ["b"]),
+        helper.make_node("NonZero", ["b"], ["y"]),
+    ]
+    path = save(_tiny(nodes), tmp_path / "tiny.onnx")
+    with pytest.raises(SpecError, match=r"unsupported ONNX ops: Hardmax x2, NonZero x1"):
+        import_onnx(path)
+
+
+def test_fixed_batch_cannot_be_rebound(tmp_path: Path) -> None:
+    path = save(_tiny([helper.make_node("Relu", ["x"], ["y"])]), tmp_path / "relu.onnx")
+    assert import_onnx(path).batch == 2
+    with pytest.raises(UsageError, match="fixed at 2"):
+        import_onnx(path, batch=4)
+
+
+def test_import_cli_writes_a_trace_that_runs(
+    tmp_path: Path, resnet_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "r50.yaml"
+    assert main(["trace", "import", str(resnet_file), "--batch", "2", "--out", str(out)]) == 0
+    assert "174 ops" in capsys.readouterr().out
+    assert main(["run", "v100", str(out), "--json"]) == 0
+
+
+@pytest.mark.parametrize("cut", [0.0, 0.01, 0.5, 0.999])
+def test_malformed_or_truncated_file_is_one_line_exit_2(
+    tmp_path: Path, resnet_file: Path, capsys: pytest.CaptureFixture[str], cut: float
+) -> None:
+    data = resnet_file.read_bytes()
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(data[: int(len(data) * cut)] if cut else b"\x08\x07garbage not protobuf \xff\xff\xff")
+    assert main(["run", "v100", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"archsim: error: {bad}") and err.count("\n") == 1
+    assert main(["trace", "import", str(bad), "--out", str(tmp_path / "x.yaml")]) == 2
+    assert not (tmp_path / "x.yaml").exists()

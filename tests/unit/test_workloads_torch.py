@@ -1,0 +1,40 @@
+"""from_torch: a small CNN and an MLP exported with torch.export on the CPU become traces with the expected FLOPs."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from archsim.workloads import from_torch  # noqa: E402
+from archsim.workloads.trace import Mode, OpKind  # noqa: E402
+
+
+class _Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 16, 3, padding=1, bias=False)
+        self.bn = torch.nn.BatchNorm2d(16)
+        self.fc = torch.nn.Linear(16, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn(self.conv(x)))
+        y = torch.nn.functional.adaptive_avg_pool2d(y, 1).flatten(1)
+        return self.fc(y)
+
+
+def test_cnn_flops_and_parameters() -> None:
+    trace = from_torch(_Net(), (torch.zeros(4, 3, 8, 8),))
+    conv = next(op for op in trace.ops if op.kind is OpKind.CONV)
+    assert conv.flops == 2 * 4 * 8 * 8 * 16 * 3 * 9
+    fc = [op for op in trace.ops if op.kind is OpKind.MATMUL]
+    assert [op.flops for op in fc] == [2 * 4 * 10 * 16]
+    assert trace.parameters == 16 * 3 * 9 + 2 * 16 + 16 * 10 + 10
+    assert trace.batch == 4
+
+
+def test_training_trace_has_backward_and_update() -> None:
+    trace = from_torch(_Net(), (torch.zeros(2, 3, 8, 8),), mode=Mode.TRAIN)
+    assert trace.ops[-1].kind is OpKind.OPTIMIZER
+    assert any(op.name.endswith(".bwd_weight") for op in trace.ops)
+    trace.check()
