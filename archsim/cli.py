@@ -23,6 +23,7 @@ SUBCOMMANDS = (
     "archsim.commands.scalesim",
     "archsim.commands.export",
     "archsim.commands.baseline",
+    "archsim.commands.sweep",
 )
 """Modules that each add one subcommand: ``add_parser(subparsers, common)`` sets ``handler``."""
 
