@@ -24,6 +24,7 @@ SUBCOMMANDS = (
     "archsim.commands.export",
     "archsim.commands.baseline",
     "archsim.commands.sweep",
+    "archsim.commands.plot",
 )
 """Modules that each add one subcommand: ``add_parser(subparsers, common)`` sets ``handler``."""
 

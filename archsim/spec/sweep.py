@@ -31,7 +31,16 @@ import math
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StrictBool, StrictFloat, StrictInt, field_validator, model_validator
+from pydantic import (
+    Field,
+    PlainValidator,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from archsim.spec.common import Count, Name, Precision, Spec
 
@@ -144,7 +153,28 @@ def _split(value: object, field: str) -> tuple[Any, str | None]:
     return number, match.group(2)
 
 
-AxisValues = Annotated[list[Any], Field(min_length=1, max_length=MAX_AXIS_VALUES)] | Range
+def _axis_values(value: object) -> list[Any] | Range:
+    """A grid axis: a non-empty list of values, or a range mapping."""
+    if isinstance(value, Range):
+        return value
+    if isinstance(value, dict):
+        try:
+            return Range.model_validate(value)
+        except ValidationError as err:
+            first = err.errors(include_url=False)[0]
+            where = ".".join(str(p) for p in first["loc"])
+            message = str(first["msg"]).removeprefix("Value error, ")
+            raise ValueError(f"{where}: {message}" if where else message) from None
+    if isinstance(value, list) and 0 < len(value) <= MAX_AXIS_VALUES:
+        return value
+    raise ValueError(
+        f"expected a list of 1 to {MAX_AXIS_VALUES} values or a range {{start, stop, step or factor}}, got {value!r}"[
+            :200
+        ]
+    )
+
+
+AxisValues = Annotated[list[Any] | Range, PlainValidator(_axis_values)]
 
 
 def _check_path(path: str) -> str:
