@@ -42,7 +42,9 @@ from pydantic import (
     model_validator,
 )
 
+from archsim.errors import UnitError
 from archsim.spec.common import Count, Name, Precision, Spec
+from archsim.units import dimension_of, parse_any
 
 ROOTS = ("chip", "system", "link", "memory", "run")
 RUN_SETTINGS = (
@@ -121,7 +123,7 @@ class Range(Spec):
         start, unit = _split(self.start, "start")
         stop, stop_unit = _split(self.stop, "stop")
         if unit != stop_unit:
-            raise ValueError(f"start and stop must have the same unit, got {unit!r} and {stop_unit!r}")
+            stop = _in_unit(self.stop, unit, stop_unit)
         if stop < start or (self.factor is not None and start <= 0):
             raise ValueError("stop must not be below start (and a geometric range must start above 0)")
         if self.factor is not None:
@@ -139,6 +141,18 @@ class Range(Spec):
         if unit is None:
             return numbers
         return [f"{n:g} {unit}" if isinstance(n, float) else f"{n} {unit}" for n in numbers]
+
+
+def _in_unit(stop: object, unit: str | None, stop_unit: str | None) -> float:
+    """``stop`` as a number of ``unit`` (``"8 MiB"`` in KiB is 8192), when both are quantities of one dimension."""
+    if unit is None or stop_unit is None or dimension_of(f"1 {unit}") is None:
+        raise ValueError(f"start and stop must both be numbers or quantities, got units {unit!r} and {stop_unit!r}")
+    if dimension_of(f"1 {unit}") != dimension_of(stop):
+        raise ValueError(f"start and stop must be quantities of one dimension, got units {unit!r} and {stop_unit!r}")
+    try:
+        return parse_any(stop) / parse_any(f"1 {unit}")
+    except UnitError as err:
+        raise ValueError(f"stop: {err.problem}") from None
 
 
 def _split(value: object, field: str) -> tuple[Any, str | None]:
