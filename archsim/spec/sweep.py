@@ -111,6 +111,9 @@ class Range(Spec):
     def _one_rule(self) -> Range:
         if (self.step is None) == (self.factor is None):
             raise ValueError("give exactly one of step and factor")
+        for rule in (self.step, self.factor):
+            if rule is not None and not math.isfinite(rule):
+                raise ValueError(f"step and factor must be finite, got {rule!r}")
         if self.step is not None and self.step <= 0:
             raise ValueError(f"step must be positive, got {self.step!r}")
         if self.factor is not None and self.factor <= 1:
@@ -127,10 +130,13 @@ class Range(Spec):
         if stop < start or (self.factor is not None and start <= 0):
             raise ValueError("stop must not be below start (and a geometric range must start above 0)")
         if self.factor is not None:
-            count = math.floor(math.log(stop / start, self.factor) + 1e-9) + 1
+            steps = math.log(stop / start, self.factor)
         else:
             assert self.step is not None
-            count = math.floor((stop - start) / self.step + 1e-9) + 1
+            steps = (stop - start) / self.step
+        if not math.isfinite(steps) or steps >= MAX_AXIS_VALUES:
+            raise ValueError(f"the range has more than the {MAX_AXIS_VALUES} values allowed")
+        count = math.floor(steps + 1e-9) + 1
         if count > MAX_AXIS_VALUES:
             raise ValueError(f"the range has {count} values, more than the {MAX_AXIS_VALUES} allowed")
         integral = all(isinstance(v, int) for v in (start, self.step or 1, self.factor or 1))
@@ -158,12 +164,16 @@ def _in_unit(stop: object, unit: str | None, stop_unit: str | None) -> float:
 def _split(value: object, field: str) -> tuple[Any, str | None]:
     """A range bound -> (number, unit or None)."""
     if isinstance(value, int | float):
+        if not math.isfinite(value):
+            raise ValueError(f"{field}: must be a finite number, got {value!r}")
         return value, None
     match = _QUANTITY.match(str(value))
     if match is None or match.group(2) is None:
         raise ValueError(f"{field}: expected a number or a quantity such as '64 KiB', got {value!r}")
     text = match.group(1)
     number: int | float = int(text) if re.fullmatch(r"[-+]?\d+", text) else float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"{field}: must be a finite number, got {value!r}")
     return number, match.group(2)
 
 

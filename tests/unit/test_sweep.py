@@ -83,6 +83,8 @@ def test_grid_zip_points_and_constraints_expand_in_order(tmp_path: Path) -> None
         ({"grid": {"run.speed": [1]}}, "grid", "run settings are"),
         ({"zip": [{"chip.clock": ["1 GHz"], "chip.systolic.cores": [1, 2]}]}, "zip", "same length"),
         ({"grid": {"chip.systolic.array_rows": {"start": 1, "stop": 8}}}, "grid", "exactly one of step and factor"),
+        ({"grid": {"chip.clock": {"start": 1, "stop": float("inf"), "factor": 2}}}, "grid", "finite"),
+        ({"grid": {"chip.clock": {"start": 1, "stop": 1e300, "step": 1e-300}}}, "grid", "more than the 100000"),
         ({"constraints": ["chip.systolic.array_rows < __import__('os')"]}, "constraints[0]", "is not allowed"),
         ({"constraints": ["chip.nothing > 1"]}, "constraints[0]", "unknown name"),
         ({"grid": {"chip.systolic.array_rows": [0]}}, "chip.systolic.array_rows=0", "greater than 0"),
