@@ -24,6 +24,8 @@ SUBCOMMANDS = (
     "archsim.commands.export",
     "archsim.commands.baseline",
     "archsim.commands.trace",
+    "archsim.commands.sweep",
+    "archsim.commands.plot",
 )
 """Modules that each add one subcommand: ``add_parser(subparsers, common)`` sets ``handler``."""
 

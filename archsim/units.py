@@ -111,6 +111,27 @@ def parse(text: object, dimension: Dimension, allow_zero: bool = False) -> float
     return value
 
 
+def parse_any(text: object) -> int | float:
+    """A quantity of whatever dimension its unit names, in SI base units (bytes as an int).
+
+    Used where the field is not known (sweep axes and their constraints); raises :class:`UnitError`
+    when ``text`` is not a quantity with a known unit.
+    """
+    match = _QUANTITY.match(text) if isinstance(text, str) else None
+    if match is None or match.group(2) not in _UNITS:
+        raise UnitError("", "", f"not a quantity with a known unit: {text!r}")
+    dimension = _UNITS[match.group(2)][0]
+    return parse_bytes(text) if dimension is Dimension.BYTES else parse(text, dimension, allow_zero=True)
+
+
+def dimension_of(text: object) -> Dimension | None:
+    """The dimension a quantity string's unit names, or None if it is not a quantity with a known unit."""
+    match = _QUANTITY.match(text) if isinstance(text, str) else None
+    if match is None or match.group(2) not in _UNITS:
+        return None
+    return _UNITS[match.group(2)][0]
+
+
 def parse_bytes(text: object) -> int:
     """A size in bytes, as an int; fractional bytes are an error."""
     value = parse(text, Dimension.BYTES)

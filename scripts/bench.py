@@ -1,11 +1,16 @@
 """archsim's benchmark: wall time of whole CLI runs and of the stages inside one run.
 
-Usage: python scripts/bench.py [--repeat N] [--quick]
+Usage: python scripts/bench.py [--repeat N] [--quick] [--sweep N]
 
 Each case runs as a fresh process (so Python start-up and imports count, as a user sees them), N
 times after one warm-up; the median, minimum and maximum wall times are printed. A second table
 times the stages of a run in-process (trace build, cost + replay, result assembly). Timings are
 never test assertions: this script is how the numbers quoted in notes are produced.
+
+``--sweep N`` times only the 1,000-configuration acceptance sweep (``sweeps/systolic-shape-sweep.yaml``,
+a systolic chip against ResNet-50 inference) as ``archsim sweep`` into a fresh folder, N times, with
+the local executor on every core, then once with a local Dask cluster, and checks that both tables
+are identical.
 """
 
 from __future__ import annotations
@@ -151,6 +156,39 @@ def bench_numba_startup(repeat: int) -> None:
     print(row("first kernel call", calls))
 
 
+def bench_sweep(repeat: int) -> None:
+    """Wall time of the acceptance sweep, local processes; then Dask, compared with the local table."""
+    import tempfile
+
+    import pandas as pd
+
+    spec = str(Path(__file__).resolve().parents[1] / "sweeps" / "systolic-shape-sweep.yaml")
+    print(f"1,000-configuration sweep, archsim sweep --executor local, {os.cpu_count()} cores, fresh folder each")
+    times = []
+    with tempfile.TemporaryDirectory() as folder:
+        for i in range(repeat):
+            out = f"{folder}/local{i}"
+            start = time.perf_counter()
+            subprocess.run(
+                [sys.executable, "-m", "archsim.cli", "sweep", spec, "--out", out, "--no-progress"],
+                check=True,
+                capture_output=True,
+            )
+            times.append(time.perf_counter() - start)
+            print(f"  run {i + 1}: {times[-1]:.1f} s", flush=True)
+        print(f"median {statistics.median(times):.1f} s, min {min(times):.1f} s, max {max(times):.1f} s")
+        start = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-m", "archsim.cli", "sweep", spec, "--out", f"{folder}/dask", "--executor", "dask"],
+            check=True,
+            capture_output=True,
+        )
+        print(f"--executor dask (local cluster, with its progress bar): {time.perf_counter() - start:.1f} s")
+        local = pd.read_parquet(f"{folder}/local0/results.parquet")
+        dask = pd.read_parquet(f"{folder}/dask/results.parquet")
+        print("dask table identical to local:", local.equals(dask))
+
+
 def row(label: str, times: list[float]) -> str:
     """One table row: median, min, max in milliseconds."""
     return f"{label:<34} {1e3 * statistics.median(times):>9.1f} {1e3 * min(times):>9.1f} {1e3 * max(times):>9.1f}"
@@ -161,7 +199,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="only the first CLI case")
+    parser.add_argument("--sweep", type=int, default=0, metavar="N", help="only the acceptance sweep, N times")
     args = parser.parse_args()
+    if args.sweep:
+        bench_sweep(args.sweep)
+        return
 
     header = f"{'case':<34} {'median ms':>9} {'min ms':>9} {'max ms':>9}"
     print(f"whole CLI runs (fresh process each, {args.repeat} runs after a warm-up)")

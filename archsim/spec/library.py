@@ -2,16 +2,17 @@
 
 The search path is, in order: folders given explicitly (the CLI's ``--lib``, or ``Library(paths)``),
 folders in the ``ARCHSIM_PATH`` environment variable (separated by ``os.pathsep``), then the built-in
-library (``chips/``, ``memory/``, ``interconnect/``, ``workloads/``, ``validation/``), which ships inside the wheel
-and is read from the source tree in a checkout. A name found earlier in the path shadows a later one,
-so a user folder can replace a built-in chip. Every YAML file under a folder is indexed by its
+library (``chips/``, ``memory/``, ``interconnect/``, ``workloads/``, ``validation/``, ``sweeps/``), which
+ships inside the wheel and is read from the source tree in a checkout. A name found earlier in the path
+shadows a later one, so a user folder can replace a built-in chip. Every YAML file under a folder is indexed by its
 ``kind``, ``name`` and ``aliases``; a path to a file works wherever a name does.
 """
 
 from __future__ import annotations
 
+import copy
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -23,12 +24,13 @@ from archsim.spec.family import FamilySpec
 from archsim.spec.link import LinkSpec
 from archsim.spec.memory import MemorySpec
 from archsim.spec.model import ModelSpec
+from archsim.spec.sweep import SweepSpec
 from archsim.spec.system import SystemSpec
 from archsim.spec.validation import ValidationSpec
 from archsim.spec.yamlio import read_yaml, validate
 
 ENV_VAR = "ARCHSIM_PATH"
-BUILTIN_FOLDERS = ("chips", "memory", "interconnect", "workloads", "validation")
+BUILTIN_FOLDERS = ("chips", "memory", "interconnect", "workloads", "validation", "sweeps")
 SPEC_CLASSES: dict[str, type[Any]] = {
     "chip": ChipSpec,
     "family": FamilySpec,
@@ -37,6 +39,7 @@ SPEC_CLASSES: dict[str, type[Any]] = {
     "model": ModelSpec,
     "system": SystemSpec,
     "validation": ValidationSpec,
+    "sweep": SweepSpec,
 }
 
 
@@ -98,6 +101,17 @@ class Library:
                 for name in (entry.name, *entry.aliases):
                     index.setdefault((entry.kind, name), entry)
         return index
+
+    def with_specs(self, replacements: Mapping[Entry, Any]) -> Library:
+        """A copy of this library in which the given entries' specs are replaced by already validated ones.
+
+        The copy shares the index (and the specs validated so far) but not later additions; sweeps use it
+        to run a variant of a chip, system, link or memory without writing YAML.
+        """
+        _ = self._index  # index once, in the original, so that every copy shares it
+        variant = copy.copy(self)
+        variant._specs = {**self._specs, **{(e.kind, str(e.path)): spec for e, spec in replacements.items()}}
+        return variant
 
     def entries(self, kind: str) -> list[Entry]:
         """Every description of ``kind`` on the search path, once each, sorted by name."""
@@ -192,6 +206,11 @@ class Library:
             except LookupFailed as err:
                 raise SpecError(source, field, err.problem) from None
         return system
+
+    def sweep(self, name: str) -> SweepSpec:
+        """A sweep description by name or path."""
+        spec: SweepSpec = self.spec(self.find(["sweep"], name))
+        return spec
 
     def model(self, name: str) -> ModelSpec:
         """A built-in workload model by name."""

@@ -1,0 +1,131 @@
+"""``archsim plot``: figures of one run or of a sweep's results, written as self-contained HTML.
+
+* ``archsim plot breakdown|roofline|timeline TARGET WORKLOAD [run options] --out FILE.html``
+* ``archsim plot scatter|pareto|scaling RESULTS --x COLUMN --y COLUMN [...] --out FILE.html``, where
+  ``RESULTS`` is a sweep's results folder or its ``results.parquet``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from archsim.cli import positive_int
+from archsim.errors import UsageError
+
+RUN_KINDS = ("breakdown", "roofline", "timeline")
+SWEEP_KINDS = ("scatter", "pareto", "scaling")
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Register ``archsim plot`` and its kinds."""
+    parser = sub.add_parser("plot", help="plot a run or a sweep's results as self-contained HTML")
+    kinds = parser.add_subparsers(dest="kind", required=True, parser_class=type(parser))
+    helps = {
+        "breakdown": "time per layer, stacked by bound",
+        "roofline": "every op on the chip's roofline",
+        "timeline": "Gantt chart of one step",
+        "scatter": "one column against another, one marker per row",
+        "pareto": "the Pareto front of two columns",
+        "scaling": "a column against the number of chips, one line per target",
+    }
+    for kind in RUN_KINDS:
+        run = kinds.add_parser(kind, parents=[common], help=helps[kind])
+        run.add_argument("target", help="chip or system name, alias or YAML path")
+        run.add_argument("workload", help="model name, trace file or gemm:MxNxK")
+        run.add_argument("--mode", choices=["train", "infer"], default="infer")
+        run.add_argument("--batch", type=positive_int, default=None)
+        run.add_argument("--precision", choices=["fp32", "tf32", "fp16", "bf16", "int8"], default=None)
+        run.add_argument("--seq-len", type=positive_int, default=None)
+        run.add_argument("--nodes", type=positive_int, default=None)
+        run.add_argument("--pipeline-stages", type=positive_int, default=1)
+        run.add_argument("--out", required=True, metavar="FILE.html")
+        run.set_defaults(handler=plot_run)
+    for kind in SWEEP_KINDS:
+        table = kinds.add_parser(kind, parents=[common], help=helps[kind])
+        table.add_argument("results", metavar="RESULTS", help="a sweep's results folder or results.parquet")
+        table.add_argument("--x", default="num_chips" if kind == "scaling" else None, required=kind != "scaling")
+        table.add_argument("--y", default="throughput")
+        if kind == "scatter":
+            table.add_argument("--color", default=None, metavar="COLUMN")
+        if kind == "pareto":
+            table.add_argument("--maximize-x", action="store_true", help="a larger x is better (default: smaller)")
+            table.add_argument("--minimize-y", action="store_true", help="a smaller y is better (default: larger)")
+        if kind == "scaling":
+            table.add_argument("--group", default="target", metavar="COLUMN")
+        table.add_argument("--workload", default=None, help="keep only this workload's rows")
+        table.add_argument("--out", required=True, metavar="FILE.html")
+        table.set_defaults(handler=plot_table)
+
+
+def plot_run(args: argparse.Namespace) -> int:
+    """Simulate one run and plot it."""
+    from archsim import plots
+    from archsim.api import simulate
+    from archsim.spec.library import Library
+
+    library = Library(args.lib)
+    result = simulate(
+        args.target,
+        args.workload,
+        args.mode,
+        args.batch,
+        args.precision,
+        args.seq_len,
+        library,
+        nodes=args.nodes,
+        pipeline_stages=args.pipeline_stages,
+    )
+    if args.kind == "breakdown":
+        figure = plots.layer_breakdown(result)
+    elif args.kind == "roofline":
+        figure = plots.roofline(result, library)
+    else:
+        figure = plots.timeline(result)
+    _write(figure, args.out)
+    return 0
+
+
+def read_results(path: str) -> Any:
+    """A sweep's table from its folder or Parquet file."""
+    import pandas as pd
+
+    file = Path(path)
+    if file.is_dir():
+        file = file / "results.parquet"
+    if not file.is_file():
+        raise UsageError(path, "RESULTS", "no results.parquet here (run archsim sweep SPEC --out DIR first)")
+    try:
+        return pd.read_parquet(file)
+    except (OSError, ValueError) as err:
+        raise UsageError(str(file), "", f"not a results table: {str(err).splitlines()[0][:120]}") from None
+
+
+def plot_table(args: argparse.Namespace) -> int:
+    """Plot columns of a sweep's table."""
+    from archsim import plots
+
+    table = read_results(args.results)
+    if args.workload is not None:
+        table = table[table["workload"] == args.workload]
+        if table.empty:
+            raise UsageError(args.results, "--workload", f"no rows of workload {args.workload!r}")
+    if args.kind == "scatter":
+        figure = plots.sweep_scatter(table, args.x, args.y, color=args.color)
+    elif args.kind == "pareto":
+        figure = plots.pareto_front(table, args.x, args.y, maximize_x=args.maximize_x, maximize_y=not args.minimize_y)
+    else:
+        figure = plots.scaling_curves(table, args.x, args.y, group=args.group)
+    _write(figure, args.out)
+    return 0
+
+
+def _write(figure: Any, out: str) -> None:
+    from archsim.plots import write_html
+
+    try:
+        write_html(figure, out)
+    except OSError as err:
+        raise UsageError(out, "--out", f"cannot write: {err.strerror}") from None
+    print(out)

@@ -1,0 +1,60 @@
+"""Figures from Python: the plotly figures of runs and sweeps, for notebooks and scripts.
+
+Importing this module imports plotly (``import archsim`` does not). Every function returns a
+``plotly.graph_objects.Figure``: a notebook shows it inline; :func:`write_html` saves it as one
+self-contained HTML file.
+
+* one run (:func:`archsim.simulate`'s result): :func:`layer_breakdown`, :func:`roofline`, :func:`timeline`;
+* a sweep's table (:func:`archsim.sweep.run_sweep`): :func:`sweep_scatter`, :func:`pareto_front`
+  (and :func:`pareto_mask`), :func:`scaling_curves`.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from archsim.results import run_figures
+from archsim.results.figures import write_html
+from archsim.results.records import RunResult
+from archsim.results.run_figures import layer_breakdown, timeline
+from archsim.results.sweep_figures import pareto_front, pareto_mask, scaling_curves, sweep_scatter
+from archsim.spec.chip import ChipSpec
+from archsim.spec.common import Precision
+from archsim.spec.library import Library
+
+__all__ = [
+    "layer_breakdown",
+    "pareto_front",
+    "pareto_mask",
+    "roofline",
+    "run_chip",
+    "scaling_curves",
+    "sweep_scatter",
+    "timeline",
+    "write_html",
+]
+
+
+def run_chip(result: RunResult, library: Library | None = None) -> ChipSpec:
+    """The chip a result ran on: its system's chip, or its target (looked up by name in ``library``)."""
+    library = library or Library()
+    return library.chip(library.system(result.system).chip if result.system else result.target)
+
+
+def roofline(
+    result: RunResult,
+    library: Library | None = None,
+    *,
+    peak_flops: float | None = None,
+    bandwidth_bytes_per_s: float | None = None,
+) -> go.Figure:
+    """The roofline of a run's chip with every op placed (see :func:`archsim.results.run_figures.roofline`).
+
+    The roof is the chip's published peak at the run's precision and its main-memory bandwidth, unless
+    given (give both for a sweep's variant, whose chip is not in the library).
+    """
+    if peak_flops is None or bandwidth_bytes_per_s is None:
+        chip = run_chip(result, library)
+        peak_flops = peak_flops or chip.peak[Precision(result.precision)]
+        bandwidth_bytes_per_s = bandwidth_bytes_per_s or chip.memory.main.bandwidth
+    return run_figures.roofline(result, peak_flops, bandwidth_bytes_per_s)

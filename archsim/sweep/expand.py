@@ -1,0 +1,216 @@
+"""Expansion of a sweep into configurations, and of a configuration into a variant library.
+
+A *configuration* is one base target with one value per axis; a *task* is a configuration with one
+workload (one row of the results). Each task has a stable key: a hash of the canonical JSON of its
+target, axis values (as written), workload entry, run settings and ``rescale_peak``, so that a rerun
+of the same sweep recognises the rows it already has.
+
+:func:`variant` applies a configuration's ``chip.``, ``system.``, ``link.`` and ``memory.`` values to
+copies of the descriptions' YAML data, validates them like any description (quantities parsed,
+cross-field checks run) and returns a :class:`~archsim.spec.library.Library` in which the variants
+replace the originals, with the run arguments the ``run.`` values and the settings give.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from archsim.errors import ArchsimError, SpecError, UnitError
+from archsim.spec.chip import ChipSpec, CubeSection, Family, IpuSection, SystolicSection, TensorCoreSection
+from archsim.spec.common import Precision
+from archsim.spec.library import SPEC_CLASSES, Entry, Library
+from archsim.spec.sweep import SweepSpec, WorkloadEntry
+from archsim.spec.yamlio import validate
+from archsim.sweep.constraints import Constraint
+from archsim.units import Dimension, parse, parse_any
+
+_SECTIONS: dict[Family, type[Any]] = {
+    Family.TENSORCORE: TensorCoreSection,
+    Family.IPU: IpuSection,
+    Family.CUBE: CubeSection,
+    Family.SYSTOLIC: SystolicSection,
+}
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One base target and one value per axis (as written in the sweep, in axis order)."""
+
+    target: str
+    values: tuple[tuple[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class Task:
+    """One row to compute: a configuration with a workload; ``key`` is stable across runs."""
+
+    key: str
+    index: int
+    """Position in the sweep's order (configurations in expansion order, workloads within each)."""
+    configuration: Configuration
+    workload: WorkloadEntry
+
+
+def si_value(value: Any) -> Any:
+    """An axis value as a column holds it: a quantity string becomes its SI number, anything else stays."""
+    if isinstance(value, str):
+        try:
+            return parse_any(value)
+        except UnitError:
+            return value
+    return value
+
+
+def task_key(spec: SweepSpec, configuration: Configuration, workload: WorkloadEntry) -> str:
+    """The stable key of a row: a hash of everything that determines its result (given the library)."""
+    canonical = {
+        "target": configuration.target,
+        "values": sorted([path, value] for path, value in configuration.values),
+        "workload": workload.model_dump(mode="json"),
+        "settings": spec.settings.model_dump(mode="json"),
+        "rescale_peak": spec.rescale_peak,
+    }
+    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def configurations(spec: SweepSpec, source: str) -> list[Configuration]:
+    """Every configuration of the sweep that its constraints keep, in a fixed order."""
+    names = {*spec.axis_paths, "target"}
+    constraints = [Constraint(text, names, source, f"constraints[{i}]") for i, text in enumerate(spec.constraints)]
+    kept: list[Configuration] = []
+    for target in spec.targets:
+        for combination in itertools.product(*spec.groups()):
+            assigned: dict[str, Any] = {}
+            for part in combination:
+                assigned.update(part)
+            values = {path: si_value(v) for path, v in assigned.items()}
+            values["target"] = target
+            if all(c.holds(values) for c in constraints):
+                ordered = tuple((path, assigned[path]) for path in spec.axis_paths)
+                kept.append(Configuration(target, ordered))
+    return kept
+
+
+def tasks(spec: SweepSpec, source: str) -> list[Task]:
+    """Every row of the sweep, in order, each with its key."""
+    entries = spec.workload_entries
+    rows: list[Task] = []
+    for configuration in configurations(spec, source):
+        for workload in entries:
+            key = task_key(spec, configuration, workload)
+            rows.append(Task(key, len(rows), configuration, workload))
+    return rows
+
+
+def _set_path(data: dict[str, Any], parts: list[str], value: Any) -> None:
+    """Set ``data[parts[0]][parts[1]]... = value`` in place, creating missing mappings."""
+    node = data
+    for part in parts[:-1]:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        elif not isinstance(child, dict):
+            raise ValueError(f"{part!r} is a {type(child).__name__}, not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def _rescaled_peaks(base: ChipSpec, data: dict[str, Any]) -> None:
+    """Move each published peak in ``data`` by the ratio of the variant's derived peak to the base chip's.
+
+    Problems are left for the full validation to report, so nothing happens when the variant's clock
+    or family section does not validate on its own.
+    """
+    family = base.family
+    section_data = data.get(family.value)
+    try:
+        section = _SECTIONS[family].model_validate(section_data)
+        clock = parse(data.get("clock"), Dimension.FREQUENCY)
+    except (ValueError, UnitError):
+        return
+    variant = base.model_copy(update={family.value: section, "clock": clock})
+    peaks = dict(data.get("peak") or {})
+    for precision, published in base.peak.items():
+        before, after = base.derived_peak(precision), variant.derived_peak(precision)
+        if before and after:
+            peaks[precision.value] = f"{published * after / before!r} FLOPS"
+    data["peak"] = peaks
+
+
+def _describe(configuration: Configuration) -> str:
+    return ", ".join(f"{path}={value}" for path, value in configuration.values) or configuration.target
+
+
+def variant(
+    library: Library, spec: SweepSpec, source: str, configuration: Configuration
+) -> tuple[Library, dict[str, Any]]:
+    """The library holding the configuration's variants, and its ``run.`` values (path without ``run.``).
+
+    Raises SpecError naming the sweep file, the configuration and the first invalid field.
+    """
+    target = configuration.target
+    entry = library.find(["chip", "system"], target)
+    entries: dict[str, Entry] = {}
+    if entry.kind == "system":
+        entries["system"] = entry
+        entries["chip"] = library.find(["chip"], library.system(target).chip)
+    else:
+        entries["chip"] = entry
+    run: dict[str, Any] = {}
+    edited: dict[str, tuple[Entry, dict[str, Any]]] = {}
+    for path, value in configuration.values:
+        root, rest = path.split(".", 1)
+        if root == "run":
+            run[rest] = value
+            continue
+        if root in ("link", "memory"):
+            name, rest = rest.split(".", 1)
+            slot = f"{root}.{name}"
+            if slot not in edited:
+                found = library.find([root], name)
+                edited[slot] = (found, copy.deepcopy(found.data))
+        else:
+            if root not in entries:
+                raise SpecError(source, path, f"target {target!r} is a chip, not a system")
+            slot = root
+            if slot not in edited:
+                edited[slot] = (entries[root], copy.deepcopy(entries[root].data))
+        try:
+            _set_path(edited[slot][1], rest.split("."), value)
+        except ValueError as err:
+            raise SpecError(source, path, str(err)) from None
+    replacements: dict[Entry, Any] = {}
+    for slot, (found, data) in edited.items():
+        if slot == "chip" and spec.rescale_peak and not any(p.startswith("chip.peak") for p in spec.axis_paths):
+            _rescaled_peaks(library.spec(found), data)
+        try:
+            replacements[found] = validate(SPEC_CLASSES[found.kind], data, slot)
+        except SpecError as err:
+            raise SpecError(source, _describe(configuration), f"{err.source}.{err.field}: {err.problem}") from None
+    result = library.with_specs(replacements)
+    try:  # the checks across descriptions (memory ceilings, a system's chip and links)
+        if "system" in entries:
+            result.system(target)
+        result.chip(library.system(target).chip if "system" in entries else target)
+    except ArchsimError as err:
+        raise SpecError(source, _describe(configuration), err.line()) from None
+    return result, run
+
+
+def run_arguments(spec: SweepSpec, workload: WorkloadEntry, run: dict[str, Any]) -> dict[str, Any]:
+    """Keyword arguments of :func:`archsim.simulate`: settings, overridden by the workload's, then by axes."""
+    arguments = spec.settings.model_dump()
+    for name in ("mode", "batch", "precision", "seq_len"):
+        value = getattr(workload, name)
+        if value is not None:
+            arguments[name] = value
+    arguments.update(run)
+    if isinstance(arguments.get("precision"), Precision):
+        arguments["precision"] = arguments["precision"].value
+    return arguments

@@ -1,0 +1,207 @@
+"""Running a sweep: plan, skip stored rows, run the rest in chunks, store each chunk, build the table.
+
+The final table depends only on the sweep and the library: rows are ordered by the sweep's
+expansion, not by completion, and a row stored by an earlier (interrupted) run is read back exactly,
+so an interrupted and resumed sweep gives the same table as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from archsim.errors import UsageError
+from archsim.spec.library import ENV_VAR
+from archsim.spec.sweep import SweepSpec
+from archsim.sweep.executors import EXECUTORS, default_jobs, run_dask, run_local
+from archsim.sweep.expand import Task, tasks, variant
+from archsim.sweep.store import TABLE_FILE, RowStore, write_table_atomically
+from archsim.sweep.worker import DESIGN_COLUMNS, RESULT_COLUMNS, SweepContext, worker_library
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+MAX_CHUNK = 32
+"""Most rows per task: small enough that an interrupted sweep loses little, large enough that the
+per-task cost of the executor (pickling, scheduling) stays small against ~10-100 ms per run."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A sweep ready to run: its context (spec, file, search path) and every row, in order."""
+
+    context: SweepContext
+    tasks: list[Task]
+
+    @property
+    def configurations(self) -> int:
+        """Distinct configurations (rows are configurations times workloads)."""
+        return len({_identity(t) for t in self.tasks})
+
+    @property
+    def columns(self) -> list[str]:
+        """Columns of the results table, in order."""
+        spec = self.context.spec
+        return ["target", "workload", *spec.axis_paths, *DESIGN_COLUMNS, *RESULT_COLUMNS, "error", "key"]
+
+
+def _identity(task: Task) -> str:
+    """A hashable identity of a task's configuration (axis values may be lists or mappings)."""
+    configuration = task.configuration
+    return json.dumps([configuration.target, configuration.values], sort_keys=True, default=str)
+
+
+def _search_path(search_path: Sequence[str | os.PathLike[str]]) -> tuple[str, ...]:
+    """The user folders, absolute (workers may run elsewhere), ``ARCHSIM_PATH`` joined in."""
+    folders = [*search_path, *(p for p in os.environ.get(ENV_VAR, "").split(os.pathsep) if p)]
+    return tuple(str(Path(p).resolve()) for p in folders)
+
+
+def load_sweep(sweep: str | os.PathLike[str] | SweepSpec, search_path: Sequence[str] = ()) -> SweepSpec:
+    """A validated sweep description from a name on the search path, a file path, or a spec."""
+    return _load(sweep, _search_path(search_path))[0]
+
+
+def _load(sweep: str | os.PathLike[str] | SweepSpec, folders: tuple[str, ...]) -> tuple[SweepSpec, str]:
+    if isinstance(sweep, SweepSpec):
+        return sweep, sweep.name
+    library = worker_library(folders)
+    name = os.fspath(sweep)
+    entry = library.find(["sweep"], name)
+    spec: SweepSpec = library.spec(entry)
+    return spec, str(entry.path)
+
+
+def plan(
+    sweep: str | os.PathLike[str] | SweepSpec, search_path: Sequence[str] = (), check_variants: bool = True
+) -> Plan:
+    """Expand a sweep into its rows.
+
+    With ``check_variants`` every configuration's descriptions are validated first, so that a bad axis
+    value fails at once, in one line, rather than in every row.
+    """
+    folders = _search_path(search_path)
+    spec, source = _load(sweep, folders)
+    context = SweepContext(spec, source, folders)
+    planned = tasks(spec, source)
+    if check_variants:
+        library = worker_library(folders)
+        seen = set()
+        for task in planned:
+            if _identity(task) not in seen:
+                seen.add(_identity(task))
+                variant(library, spec, source, task.configuration)
+    return Plan(context, planned)
+
+
+def count(
+    sweep: str | os.PathLike[str] | SweepSpec,
+    search_path: Sequence[str] = (),
+    out: str | os.PathLike[str] | None = None,
+) -> tuple[int, int, int]:
+    """(configurations, rows, rows already stored in ``out``) of a sweep, without running it."""
+    planned = plan(sweep, search_path)
+    stored = 0
+    if out is not None and Path(out, "rows.jsonl").exists():
+        have = RowStore(out).load()
+        stored = sum(1 for t in planned.tasks if t.key in have)
+    return planned.configurations, len(planned.tasks), stored
+
+
+def _chunks(todo: list[Task], jobs: int, chunk_size: int | None) -> list[list[Task]]:
+    size = chunk_size or max(1, min(MAX_CHUNK, math.ceil(len(todo) / (8 * jobs))))
+    return [todo[i : i + size] for i in range(0, len(todo), size)]
+
+
+def _progress(total: int, done: int, name: str, enabled: bool) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(
+        total=total, initial=done, unit="run", desc=name, disable=not enabled, file=sys.stderr, dynamic_ncols=True
+    )
+
+
+def run_sweep(
+    sweep: str | os.PathLike[str] | SweepSpec,
+    out: str | os.PathLike[str] | None = None,
+    *,
+    jobs: int | None = None,
+    executor: str = "local",
+    scheduler: str | None = None,
+    chunk_size: int | None = None,
+    progress: bool = True,
+    search_path: Sequence[str] = (),
+) -> pd.DataFrame:
+    """Run a sweep and return its table (one row per configuration and workload).
+
+    ``out`` is the results folder: rows are stored there as they complete and a rerun skips them, so
+    an interrupted sweep continues where it stopped; the table is also written there as
+    ``results.parquet``. None keeps the rows in a temporary folder. ``jobs``: worker processes
+    (default: every core); ``executor``: ``local`` or ``dask`` (``scheduler``: a Dask scheduler
+    address, None for a local cluster); ``chunk_size``: rows per task (default: up to 32, at least
+    eight tasks per worker); ``progress``: a progress bar on standard error.
+    """
+    if executor not in EXECUTORS:
+        raise UsageError("", "--executor", f"{executor!r} is not one of {', '.join(EXECUTORS)}")
+    if scheduler is not None and executor != "dask":
+        raise UsageError("", "--scheduler", "applies to --executor dask only")
+    for flag, value in (("--jobs", jobs), ("--chunk-size", chunk_size)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise UsageError("", flag, f"must be a positive integer, got {value!r}")
+    planned = plan(sweep, search_path)
+    if out is None:
+        with tempfile.TemporaryDirectory(prefix="archsim-sweep-") as folder:
+            return _run(planned, RowStore(folder), jobs, executor, scheduler, chunk_size, progress, write=False)
+    return _run(planned, RowStore(out), jobs, executor, scheduler, chunk_size, progress, write=True)
+
+
+def _run(
+    planned: Plan,
+    store: RowStore,
+    jobs: int | None,
+    executor: str,
+    scheduler: str | None,
+    chunk_size: int | None,
+    progress: bool,
+    write: bool,
+) -> pd.DataFrame:
+    stored = store.load()
+    todo = [t for t in planned.tasks if t.key not in stored]
+    workers = jobs or default_jobs()
+    chunks = _chunks(todo, workers, chunk_size)
+    results: Iterator[list[dict[str, Any]]] = (
+        run_local(planned.context, chunks, workers)
+        if executor == "local"
+        else run_dask(planned.context, chunks, workers, scheduler)
+    )
+    bar = _progress(len(planned.tasks), len(planned.tasks) - len(todo), planned.context.spec.name, progress)
+    try:
+        for rows in results:
+            store.append(rows)
+            for row in rows:
+                # what a later run reads back from the file, exactly
+                stored.setdefault(row["key"], json.loads(json.dumps(row)))
+            bar.update(len(rows))
+    finally:
+        bar.close()
+    table = build_table(planned, stored)
+    if write:
+        write_table_atomically(table, store.folder / TABLE_FILE)
+    return table
+
+
+def build_table(planned: Plan, stored: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """The results table of a plan from its stored rows, in the sweep's order."""
+    import pandas as pd
+
+    columns = planned.columns
+    rows = [stored[t.key] for t in planned.tasks if t.key in stored]
+    records = [[row.get(c) for c in columns] for row in rows]
+    return pd.DataFrame.from_records(records, columns=columns)

@@ -1,0 +1,78 @@
+"""The results folder of a sweep: rows stored as they arrive, safe to kill at any moment.
+
+``DIR/rows.jsonl`` is append-only: each completed chunk is written as whole lines (one JSON object
+per row, ending in a newline), then flushed and fsynced. A process killed during a write leaves at
+most one torn last line; :meth:`RowStore.load` ignores it and cuts it off before anything more is
+appended, so that no row is half-written and none is lost. A key seen twice (never written so, but
+tolerated) keeps its first row. Floats are written with ``repr`` (exact round trip), so a table
+rebuilt from the file is bit-for-bit the table of an uninterrupted run.
+
+``DIR/results.parquet`` is the final table, written atomically (temporary file, then rename) when a
+sweep finishes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from archsim.errors import UsageError
+
+ROWS_FILE = "rows.jsonl"
+TABLE_FILE = "results.parquet"
+
+
+class RowStore:
+    """The append-only row file of one results folder."""
+
+    def __init__(self, folder: str | os.PathLike[str]) -> None:
+        self.folder = Path(folder)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise UsageError(str(folder), "--out", f"cannot create the folder: {err.strerror}") from None
+        self.path = self.folder / ROWS_FILE
+
+    def load(self) -> dict[str, dict[str, Any]]:
+        """Every complete row stored so far, by key; a torn last line is dropped from the file."""
+        if not self.path.exists():
+            return {}
+        data = self.path.read_bytes()
+        end = data.rfind(b"\n") + 1
+        if end < len(data):
+            with self.path.open("r+b") as handle:
+                handle.truncate(end)
+                handle.flush()
+                os.fsync(handle.fileno())
+        rows: dict[str, dict[str, Any]] = {}
+        for number, line in enumerate(data[:end].splitlines(), start=1):
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                raise UsageError(str(self.path), f"line {number}", "not a stored row (was the file edited?)") from None
+            if not isinstance(row, dict) or not isinstance(row.get("key"), str):
+                raise UsageError(str(self.path), f"line {number}", "a stored row has no key")
+            rows.setdefault(row["key"], row)
+        return rows
+
+    def append(self, rows: list[dict[str, Any]]) -> None:
+        """Store rows durably: whole lines in one write, flushed and fsynced before returning."""
+        if not rows:
+            return
+        text = "".join(json.dumps(row, separators=(",", ":"), allow_nan=False) + "\n" for row in rows)
+        with self.path.open("ab") as handle:
+            handle.write(text.encode())
+            handle.flush()
+            os.fsync(handle.fileno())
+
+
+def write_table_atomically(table: Any, path: Path) -> None:
+    """Write a DataFrame as Parquet: to a temporary file beside ``path``, then rename over it."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        table.to_parquet(temporary, index=False)
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)

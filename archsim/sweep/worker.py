@@ -1,0 +1,156 @@
+"""What a worker process runs: a chunk of a sweep's rows, each a variant simulated on one workload.
+
+Workers keep one :class:`~archsim.spec.library.Library` per search path for their whole life (the
+descriptions are read and validated once), and a chunk reuses a configuration's variant for all its
+workloads. A row is a flat dict of JSON values: the configuration, design figures of the variant,
+and the run's scalar results (see :data:`DESIGN_COLUMNS` and :data:`RESULT_COLUMNS`); a run refused
+by archsim (a batch that does not fit, say) is a row whose ``error`` holds the one-line message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from archsim.api import simulate
+from archsim.errors import ArchsimError
+from archsim.results.records import RunResult
+from archsim.spec.chip import ChipSpec
+from archsim.spec.common import Precision
+from archsim.spec.library import Library
+from archsim.spec.sweep import SweepSpec
+from archsim.sweep.expand import Configuration, Task, run_arguments, si_value, variant
+
+DESIGN_COLUMNS = ("chip", "peak_flops", "tdp_w", "transistors", "onchip_memory_bytes", "main_memory_bandwidth")
+"""Figures of the variant: peak FLOP/s and TDP (watts) of all its chips, transistors per chip, on-chip
+SRAM per chip (bytes, see :func:`onchip_memory_bytes`), main-memory bandwidth per chip (B/s)."""
+RESULT_COLUMNS = (
+    "mode",
+    "batch",
+    "precision",
+    "seq_len",
+    "num_chips",
+    "step_time_s",
+    "throughput",
+    "flops",
+    "utilization",
+    "throughput_per_chip",
+    "throughput_per_watt",
+    "throughput_per_billion_transistors",
+    "ops_time_s",
+    "step_overhead_s",
+    "compute_bound_s",
+    "memory_bound_s",
+    "communication_bound_s",
+    "memory_bytes",
+    "memory_capacity_bytes",
+    "system",
+    "nodes",
+    "data_parallel",
+    "pipeline_stages",
+    "microbatches",
+    "schedule",
+    "collective",
+    "global_batch",
+    "single_chip_throughput",
+    "scaling_efficiency",
+    "comm_s",
+    "exposed_comm_s",
+    "bubble_s",
+    "bubble_fraction",
+)
+"""The scalar fields of :class:`~archsim.results.records.RunResult`; ``normalized`` is flattened to
+``throughput_per_*`` and ``time_by_bound`` to ``*_bound_s``."""
+
+
+@dataclass(frozen=True)
+class SweepContext:
+    """What every task of a sweep shares: the spec, its file (for messages) and the search path."""
+
+    spec: SweepSpec
+    source: str
+    search_path: tuple[str, ...]
+    """Absolute folders before the built-in library (``--lib`` and ``ARCHSIM_PATH`` already joined)."""
+
+
+_LIBRARIES: dict[tuple[str, ...], Library] = {}
+
+
+def worker_library(search_path: tuple[str, ...]) -> Library:
+    """The library of this process for ``search_path``, built once."""
+    if search_path not in _LIBRARIES:
+        _LIBRARIES[search_path] = Library(search_path, use_env=False)
+    return _LIBRARIES[search_path]
+
+
+def onchip_memory_bytes(chip: ChipSpec) -> int:
+    """SRAM bytes on one chip.
+
+    The operand SRAMs of every array (systolic), tile memory (IPU), shared memory and L2 (GPU), the
+    L0/L1/unified buffers of every core and L2 (Ascend).
+    """
+    if chip.systolic is not None:
+        s = chip.systolic
+        return s.cores * s.arrays_per_core * (s.ifmap_sram + s.filter_sram + s.ofmap_sram)
+    if chip.ipu is not None:
+        return chip.ipu.tiles * chip.ipu.tile_sram
+    if chip.tensorcore is not None:
+        return chip.tensorcore.sm_count * chip.tensorcore.shared_memory_per_sm + chip.tensorcore.l2_cache
+    assert chip.cube is not None
+    c = chip.cube
+    return c.ai_cores * (c.l0a + c.l0b + c.l0c + c.l1 + c.unified_buffer) + c.l2_cache
+
+
+def design_columns(chip: ChipSpec, result: RunResult) -> dict[str, Any]:
+    """The variant's design figures for one run (see :data:`DESIGN_COLUMNS`)."""
+    chips = result.num_chips
+    return {
+        "chip": chip.name,
+        "peak_flops": chip.peak[Precision(result.precision)] * chips,
+        "tdp_w": None if chip.tdp is None else chip.tdp * chips,
+        "transistors": chip.transistors,
+        "onchip_memory_bytes": onchip_memory_bytes(chip),
+        "main_memory_bandwidth": chip.memory.main.bandwidth,
+    }
+
+
+def result_columns(result: RunResult) -> dict[str, Any]:
+    """The scalar results of a run (see :data:`RESULT_COLUMNS`)."""
+    columns = {name: getattr(result, name) for name in RESULT_COLUMNS if hasattr(result, name)}
+    columns["throughput_per_chip"] = result.normalized.per_chip
+    columns["throughput_per_watt"] = result.normalized.per_watt
+    columns["throughput_per_billion_transistors"] = result.normalized.per_billion_transistors
+    for bound, seconds in result.time_by_bound.items():
+        columns[f"{bound}_bound_s"] = seconds
+    return {name: columns.get(name) for name in RESULT_COLUMNS}
+
+
+def base_row(task: Task) -> dict[str, Any]:
+    """The columns that say which row this is: key, target, workload and every axis (SI values)."""
+    row: dict[str, Any] = {"key": task.key, "target": task.configuration.target, "workload": task.workload.name}
+    row.update({path: si_value(value) for path, value in task.configuration.values})
+    return row
+
+
+def run_chunk(context: SweepContext, chunk: list[Task]) -> list[dict[str, Any]]:
+    """Simulate every task of ``chunk``; the rows come back in the chunk's order."""
+    library = worker_library(context.search_path)
+    rows: list[dict[str, Any]] = []
+    last: tuple[Configuration, Library, dict[str, Any]] | None = None
+    for task in chunk:
+        row = base_row(task)
+        try:
+            if last is None or last[0] != task.configuration:
+                last = (task.configuration, *variant(library, context.spec, context.source, task.configuration))
+            _, variant_library, run = last
+            arguments = run_arguments(context.spec, task.workload, run)
+            result = simulate(task.configuration.target, task.workload.name, library=variant_library, **arguments)
+            entry = variant_library.find(["chip", "system"], task.configuration.target)
+            chip_name = variant_library.spec(entry).chip if entry.kind == "system" else task.configuration.target
+            row.update(design_columns(variant_library.chip(chip_name), result))
+            row.update(result_columns(result))
+            row["error"] = None
+        except ArchsimError as err:
+            row["error"] = err.line()
+        rows.append(row)
+    return rows
