@@ -7,9 +7,10 @@ superstep takes ``compute + sync + exchange``, each set by the busiest tile.
 Matrix products. The output is cut into blocks of :data:`AMP_BLOCK` x :data:`AMP_BLOCK` elements,
 the granularity of the AMP (accumulating matrix product) unit's work; a tile gets whole blocks,
 never a fraction, so the busiest tile computes ``ceil(units / tiles)`` of them at its AMP's
-``amp_mac_per_clock`` (``K`` rounded up to :data:`AMP_K_GRAIN`). A product with fewer blocks than
-tiles also splits ``K`` over ``split`` tiles per block, and a second superstep exchanges the fp32
-partial sums and adds them on the vector path. A tile may also walk its slice of ``K`` in ``serial``
+``amp_mac_per_clock`` (``K`` rounded up to :data:`AMP_K_GRAIN`). A product may also split ``K`` over
+``split`` tiles per block, as Poplar's planner splits input channels: more tiles work on each block
+and each receives a thinner slab of operands, at the cost of a second superstep that exchanges the
+fp32 partial sums and adds them on the vector path. A tile may also walk its slice of ``K`` in ``serial``
 supersteps (Poplar's serial splits), holding one chunk of operands at a time, at the cost of a sync
 per step. The partition that finishes first is used. Before computing, each tile receives the ``A``
 rows and ``B`` columns of its blocks over the exchange; a tile's share of the exchange bandwidth is
@@ -129,7 +130,7 @@ class IpuModel:
     def partition(self, op: Op) -> IpuPartition:
         """The partition that finishes first (ties: the earlier candidate).
 
-        ``split`` runs 1, 2, 4, ... while tiles would otherwise idle; for each, ``serial`` runs 1, 2,
+        ``split`` runs 1, 2, 4, ... up to the number of ``K`` grains; for each, ``serial`` runs 1, 2,
         4, ... until the partition stops spilling (more serial steps would only add syncs).
         """
         g = op.gemm
@@ -138,7 +139,7 @@ class IpuModel:
         k_grains = ceil_div(g.k, AMP_K_GRAIN)
         best: IpuPartition | None = None
         split = 1
-        while split == 1 or (split <= k_grains and blocks * split // 2 < self.ipu.tiles):
+        while split <= max(1, k_grains):
             serial = 1
             while serial <= ceil_div(k_grains, split):
                 candidate = self._partition(op, blocks, split, serial)

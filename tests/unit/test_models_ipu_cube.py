@@ -36,12 +36,23 @@ def ipu(footprint: int = 0, chip: ChipSpec | None = None) -> IpuModel:
 def test_a_tile_gets_whole_amp_blocks() -> None:
     model = ipu()
     tiles = model.ipu.tiles
-    exact = model.partition(gemm_op(AMP_BLOCK * tiles, AMP_BLOCK, 4096))
-    one_more = model.partition(gemm_op(AMP_BLOCK * (tiles + 1), AMP_BLOCK, 4096))
-    assert exact.split == 1 and exact.units_per_tile == 1
+    exact = model._partition(gemm_op(AMP_BLOCK * tiles, AMP_BLOCK, 4096), tiles, 1, 1)
+    one_more = model._partition(gemm_op(AMP_BLOCK * (tiles + 1), AMP_BLOCK, 4096), tiles + 1, 1, 1)
+    assert exact.units_per_tile == 1
     # one block more does not spread evenly: some tile computes two blocks, so compute doubles
     assert one_more.units_per_tile == 2
     assert one_more.compute_s == pytest.approx(2 * exact.compute_s)
+
+
+def test_the_planner_splits_k_when_blocks_do_not_spread_evenly() -> None:
+    model = ipu()
+    tiles = model.ipu.tiles
+    op = gemm_op(AMP_BLOCK * (tiles + 1), AMP_BLOCK, 4096)
+    unsplit = model._partition(op, tiles + 1, 1, 1)
+    best = model.partition(op)
+    assert best.split > 1
+    assert best.reduce_s > 0
+    assert best.time_s < unsplit.time_s
 
 
 def test_small_outputs_split_k_over_idle_tiles() -> None:
