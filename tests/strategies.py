@@ -2,42 +2,7 @@
 
 from __future__ import annotations
 
-from archsim.testing.strategies import (
-    any_ops,
-    chip_data,
-    chips,
-    conv_ops,
-    descriptions,
-    dims,
-    elementwise_ops,
-    fabrics,
-    gemm_ops,
-    mutated,
-    mutated_text,
-    ops,
-    precisions,
-    system_data,
-    systems,
-    traces,
-    vector_ops,
-)
+from archsim.testing import strategies as _public
+from archsim.testing.strategies import *  # noqa: F403
 
-__all__ = [
-    "any_ops",
-    "chip_data",
-    "chips",
-    "conv_ops",
-    "descriptions",
-    "dims",
-    "elementwise_ops",
-    "fabrics",
-    "gemm_ops",
-    "mutated",
-    "mutated_text",
-    "ops",
-    "precisions",
-    "system_data",
-    "systems",
-    "traces",
-    "vector_ops",
-]
+__all__ = list(_public.__all__)

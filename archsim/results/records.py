@@ -46,6 +46,26 @@ class LayerRecord:
     stage: int = 0
     """Pipeline stage whose chip ran the op (0 without pipelining)."""
 
+    @classmethod
+    def of(cls, op: Op, timing: OpTiming, clock_hz: float, stage: int = 0) -> LayerRecord:
+        """The record of ``op`` replayed with ``timing`` on a chip clocked at ``clock_hz``."""
+        cost = timing.cost
+        return cls(
+            name=op.name,
+            kind=op.kind.value,
+            phase=op.phase.value,
+            unit=cost.unit.value,
+            start_s=timing.start_s,
+            end_s=timing.end_s,
+            cycles=round((timing.end_s - timing.start_s) * clock_hz),
+            flops=op.flops,
+            bytes=cost.dram_bytes,
+            tensor_bytes=op.bytes,
+            roofline_s=cost.roofline_s,
+            bound=cost.bound.value,
+            stage=stage,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class LinkRecord:
@@ -167,23 +187,7 @@ def build_result(
     capacity_bytes: int,
 ) -> RunResult:
     """Assemble the result of a replay."""
-    layers = tuple(
-        LayerRecord(
-            name=op.name,
-            kind=op.kind.value,
-            phase=op.phase.value,
-            unit=t.cost.unit.value,
-            start_s=t.start_s,
-            end_s=t.end_s,
-            cycles=round((t.end_s - t.start_s) * chip.clock),
-            flops=op.flops,
-            bytes=t.cost.dram_bytes,
-            tensor_bytes=op.bytes,
-            roofline_s=t.cost.roofline_s,
-            bound=t.cost.bound.value,
-        )
-        for op, t in zip(trace.ops, timings, strict=True)
-    )
+    layers = tuple(LayerRecord.of(op, t, chip.clock) for op, t in zip(trace.ops, timings, strict=True))
     ops_time_s = max((t.end_s for t in timings), default=0.0)
     step_time_s = ops_time_s + step_overhead_s
     by_bound = {b.value: 0.0 for b in Bound}
@@ -255,24 +259,7 @@ def build_system_result(
     batch; ``entries`` the representative ops with their timings and stages; ``single_chip_step_s``
     the step time of one chip running the same per-replica batch alone.
     """
-    layers = tuple(
-        LayerRecord(
-            name=op.name,
-            kind=op.kind.value,
-            phase=op.phase.value,
-            unit=t.cost.unit.value,
-            start_s=t.start_s,
-            end_s=t.end_s,
-            cycles=round((t.end_s - t.start_s) * chip.clock),
-            flops=op.flops,
-            bytes=t.cost.dram_bytes,
-            tensor_bytes=op.bytes,
-            roofline_s=t.cost.roofline_s,
-            bound=t.cost.bound.value,
-            stage=stage,
-        )
-        for op, t, stage in entries
-    )
+    layers = tuple(LayerRecord.of(op, t, chip.clock, stage) for op, t, stage in entries)
     step_time_s = ops_time_s + step_overhead_s
     by_bound = {b.value: 0.0 for b in Bound}
     for _, t, _ in entries:
