@@ -16,6 +16,7 @@ from archsim.engine import replay
 from archsim.errors import CapacityError, LimitError, UsageError
 from archsim.limits import MAX_ARGUMENT, check_trace_ops
 from archsim.models import cost_model_for
+from archsim.models.base import framework_overhead_s
 from archsim.results.records import RunResult, build_result
 from archsim.spec.chip import ChipSpec, Efficiency, Family
 from archsim.spec.common import Precision
@@ -163,7 +164,9 @@ def run_trace(target: Target, trace: Trace, library: Library, family_efficiency:
         )
     base = family_efficiency if family_efficiency is not None else library.family(chip.family).efficiency
     efficiency = base.merged(chip.efficiency)
-    model = cost_model_for(chip, efficiency, trace.precision, trace.memory_bytes)
+    model = cost_model_for(
+        chip, efficiency, trace.precision, trace.memory_bytes, framework_overhead_s(efficiency, trace)
+    )
     assert efficiency.host_overhead is not None
     timings = replay(trace, model, efficiency.host_overhead)
     assert efficiency.step_overhead is not None

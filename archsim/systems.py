@@ -39,7 +39,7 @@ from archsim.engine.replay import OpTiming, replay
 from archsim.errors import CapacityError, LimitError, UsageError
 from archsim.limits import check_trace_ops
 from archsim.models import cost_model_for
-from archsim.models.base import CostModel, OpCost
+from archsim.models.base import CostModel, OpCost, framework_overhead_s
 from archsim.models.interconnect import Fabric, build_fabric
 from archsim.models.placement import Placement, place
 from archsim.results.records import CollectiveRecord, LinkRecord, RunResult, build_system_result
@@ -175,22 +175,61 @@ def run_system(
     record: bool = False,
 ) -> SystemRun:
     """One step of ``workload`` on ``system``; ``batch`` is per data-parallel replica."""
-    fabric = fabric_for(system, library, options.nodes, source)
-    placement = place(fabric, options.pipeline_stages, source)
-    chip = library.chip(system.chip)
-    efficiency = library.family(chip.family).efficiency.merged(chip.efficiency)
-    algorithm = resolve_algorithm(options.collective, fabric, source)
-    comm = CommOptions(algorithm, options.bucket_bytes, options.overlap, options.chunk_bytes)
-    context = _Context(system, source, fabric, placement, chip, efficiency, comm, options, record, mode)
+    # a bad --pipeline-stages is refused before any trace is built
+    place(fabric_for(system, library, options.nodes, source), options.pipeline_stages, source)
+    trace, microbatches = system_trace(system, source, workload, mode, batch, precision, seq_len, library, options)
+    return replay_system(system, source, trace, microbatches, library, options, record)
+
+
+def system_trace(
+    system: SystemSpec,
+    source: str,
+    workload: str,
+    mode: Mode,
+    batch: int | None,
+    precision: Precision,
+    seq_len: int | None,
+    library: Library,
+    options: ParallelOptions,
+) -> tuple[Trace, int | None]:
+    """The trace one chip replays and the microbatches per step (None: data parallel only)."""
     microbatches = options.microbatches
     if options.pipeline_stages == 1 and microbatches in (None, 1):
-        trace = _data_parallel_trace(workload, library, mode, batch, precision, seq_len, chip)
-        return context.data_parallel(trace)
+        chip = library.chip(system.chip)
+        return _data_parallel_trace(workload, library, mode, batch, precision, seq_len, chip), None
     if microbatches is None:
         microbatches = 4 * options.pipeline_stages
         if batch is not None:
             microbatches = math.gcd(batch, microbatches)
     trace = _microbatch_trace(workload, library, mode, batch, precision, seq_len, microbatches, source)
+    return trace, microbatches
+
+
+def replay_system(
+    system: SystemSpec,
+    source: str,
+    trace: Trace,
+    microbatches: int | None,
+    library: Library,
+    options: ParallelOptions,
+    record: bool = False,
+    family_efficiency: Efficiency | None = None,
+) -> SystemRun:
+    """Replay a built trace (see :func:`system_trace`) on ``system``.
+
+    ``family_efficiency`` replaces the family file's efficiency parameters, as in
+    :func:`archsim.api.run_trace` (calibration tries values through it).
+    """
+    fabric = fabric_for(system, library, options.nodes, source)
+    placement = place(fabric, options.pipeline_stages, source)
+    chip = library.chip(system.chip)
+    base = family_efficiency if family_efficiency is not None else library.family(chip.family).efficiency
+    efficiency = base.merged(chip.efficiency)
+    algorithm = resolve_algorithm(options.collective, fabric, source)
+    comm = CommOptions(algorithm, options.bucket_bytes, options.overlap, options.chunk_bytes)
+    context = _Context(system, source, fabric, placement, chip, efficiency, comm, options, record, trace.mode)
+    if microbatches is None:
+        return context.data_parallel(trace)
     return context.pipelined(trace, microbatches)
 
 
@@ -262,7 +301,8 @@ class _Context:
         return self.efficiency.step_overhead if self.mode is Mode.TRAIN else 0.0
 
     def model(self, trace: Trace, footprint: int) -> CostModel:
-        return cost_model_for(self.chip, self.efficiency, trace.precision, footprint)
+        framework_s = framework_overhead_s(self.efficiency, trace)
+        return cost_model_for(self.chip, self.efficiency, trace.precision, footprint, framework_s)
 
     def check_capacity(self, needed: int, field: str, what: str) -> None:
         capacity = capacity_bytes(self.chip)

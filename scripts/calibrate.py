@@ -1,6 +1,6 @@
 """Fit the efficiency parameters of each family to validation/published.yaml and write them back.
 
-Usage: python scripts/calibrate.py [--family tensorcore ...] [--folds 5] [--dry-run]
+Usage: python scripts/calibrate.py [--family tensorcore ...] [--parameter NAME ...] [--folds 5] [--dry-run]
 
 For each family that has rows in the table, prints the parameters before and after, the MAPE per
 group before and after, and the k-fold cross-validated MAPE (each row predicted by parameters
@@ -43,6 +43,12 @@ def show(fit: Fit) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", action="append", choices=[f.value for f in Family])
+    parser.add_argument(
+        "--parameter",
+        action="append",
+        help="fit only this efficiency field (repeatable; default: all the family needs, which takes "
+        "at least as many rows)",
+    )
     parser.add_argument("--table", default="published")
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--max-evaluations", type=int, default=400)
@@ -50,17 +56,22 @@ def main() -> int:
     args = parser.parse_args()
     library = Library(use_env=False)
     table = library.validation(args.table)
-    present = {Family(library.chip(r.target).family) for r in table.rows if _is_chip(library, r.target)}
+    present = {Family(library.chip(_chip_of(library, r.target)).family) for r in table.rows}
     families = [Family(f) for f in args.family] if args.family else sorted(present, key=lambda f: f.value)
     for family in families:
-        fit = fit_family(
-            library,
-            family,
-            args.table,
-            args.folds,
-            args.max_evaluations,
-            progress=lambda m: print(m, file=sys.stderr, flush=True),
-        )
+        try:
+            fit = fit_family(
+                library,
+                family,
+                args.table,
+                args.folds,
+                args.max_evaluations,
+                progress=lambda m: print(m, file=sys.stderr, flush=True),
+                parameters=args.parameter,
+            )
+        except ValueError as error:
+            print(f"calibrate: {family.value}: {error}", file=sys.stderr)
+            return 2
         show(fit)
         if not args.dry_run:
             path = library.find(["family"], family.value).path
@@ -69,8 +80,11 @@ def main() -> int:
     return 0
 
 
-def _is_chip(library: Library, name: str) -> bool:
-    return any(name in (e.name, *e.aliases) for e in library.entries("chip"))
+def _chip_of(library: Library, target: str) -> str:
+    """The chip a row's target runs on (a system's chip for a multi-chip row)."""
+    if library.find(["chip", "system"], target).kind == "system":
+        return library.system(target).chip
+    return target
 
 
 if __name__ == "__main__":

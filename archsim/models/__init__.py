@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from archsim.models.base import Bound, CostModel, OpCost, Unit
+from archsim.models.base import Bound, CostModel, FrameworkDispatch, OpCost, Unit
 from archsim.models.cube import CubeModel
 from archsim.models.ipu import IpuModel
 from archsim.models.plugins import (
@@ -46,15 +46,19 @@ def register_cost_model(family: str, factory: CostModelFactory) -> None:
     _EXPLICIT.add(family)
 
 
-def cost_model_for(chip: ChipSpec, efficiency: Efficiency, precision: Precision, footprint_bytes: int) -> CostModel:
+def cost_model_for(
+    chip: ChipSpec, efficiency: Efficiency, precision: Precision, footprint_bytes: int, framework_s: float = 0.0
+) -> CostModel:
     """The cost model of ``chip`` at ``precision``.
 
     ``efficiency`` holds the family's values merged with the chip's overrides; ``footprint_bytes`` is
-    the memory the trace needs (IPUs spill what exceeds their in-processor memory).
+    the memory the trace needs (IPUs spill what exceeds their in-processor memory); ``framework_s``
+    is added to every op's time (see :func:`~archsim.models.base.framework_overhead_s`).
     """
     family = chip.family.value
     factory = _REGISTRY[family] if family in _EXPLICIT else entry_point_plugins()[0].get(family, _REGISTRY[family])
-    return CheckedModel(factory(chip, efficiency, precision, footprint_bytes), family)
+    model = factory(chip, efficiency, precision, footprint_bytes)
+    return CheckedModel(FrameworkDispatch(model, framework_s) if framework_s else model, family)
 
 
 __all__ = [

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from archsim.errors import UsageError
 from archsim.spec.chip import ChipSpec, Efficiency
 from archsim.spec.common import Precision
-from archsim.workloads.trace import Op
+from archsim.workloads.trace import LAUNCH_KERNEL, Op, Trace
 
 
 class Bound(enum.StrEnum):
@@ -56,6 +56,37 @@ class OpCost:
     """Lower bound from published peaks: max(FLOPs / peak, compulsory bytes / bandwidth)."""
     bound: Bound
     unit: Unit
+
+
+def framework_overhead_s(efficiency: Efficiency, trace: Trace) -> float:
+    """Per-op framework idle time ``trace`` pays (see :attr:`Efficiency.framework_overhead`)."""
+    if trace.meta.get("launch") == LAUNCH_KERNEL:
+        return 0.0
+    return efficiency.framework_overhead or 0.0
+
+
+class FrameworkDispatch:
+    """A family's model whose every op also pays a framework's per-op idle time.
+
+    User cost functions (:func:`archsim.models.register_op_cost`) receive this model, so the
+    framework's time is part of "the family's cost" they start from.
+    """
+
+    def __init__(self, base: CostModel, framework_s: float) -> None:
+        self.base = base
+        self.framework_s = framework_s
+        self.chip: ChipSpec = base.chip
+        self.precision: Precision = base.precision
+        self.separate_units: bool = base.separate_units
+
+    def __getattr__(self, name: str) -> object:
+        # attributes a caller reads from the family model (rates, sections) pass through
+        return getattr(self.base, name)
+
+    def cost(self, op: Op) -> OpCost:
+        """The family model's cost of ``op`` plus the framework's idle time."""
+        cost = self.base.cost(op)
+        return replace(cost, time_s=cost.time_s + self.framework_s, overhead_s=cost.overhead_s + self.framework_s)
 
 
 class CostModel(Protocol):

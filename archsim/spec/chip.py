@@ -68,6 +68,11 @@ class Efficiency(Spec):
     op_overhead: Duration | None = None
     """Device-side fixed cost of one op, part of its duration: the gap between back-to-back kernels
     (GPU), program step (IPU), task dispatch (Ascend)."""
+    framework_overhead: Duration | None = None
+    """Device idle time per op added by the framework that runs a model's ops one by one (eager
+    dispatch, allocator and bookkeeping between kernels), on top of ``op_overhead``. Charged on every
+    trace except a bare library kernel (``gemm:``, ``conv:``, or a trace with ``meta: {launch:
+    kernel}``), which a benchmark calls back to back without a framework."""
     host_overhead: Duration | None = None
     """Host-side cost of issuing one op (framework dispatch and launch call). The host issues ops
     ahead of the device; this cost shows only when ops are shorter than it (small batches)."""

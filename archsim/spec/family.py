@@ -14,7 +14,15 @@ from pydantic import model_validator
 from archsim.spec.chip import Efficiency, Family
 from archsim.spec.common import Spec
 
-_COMMON = ("compute", "memory_bandwidth", "vector", "op_overhead", "host_overhead", "step_overhead")
+_COMMON = (
+    "compute",
+    "memory_bandwidth",
+    "vector",
+    "op_overhead",
+    "framework_overhead",
+    "host_overhead",
+    "step_overhead",
+)
 REQUIRED = {
     Family.TENSORCORE: (*_COMMON, "wave_overhead"),
     Family.IPU: (*_COMMON, "exchange"),

@@ -17,17 +17,21 @@ from __future__ import annotations
 
 import math
 import re
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from archsim.spec.chip import Efficiency, Family
+from archsim.spec.common import Duration
 from archsim.spec.family import REQUIRED
 from archsim.spec.library import Library
 from archsim.spec.validation import Group, ValidationSpec
 from archsim.validation.run import Prepared, ValidationReport, prepare, report_for
 
-TIME_FIELDS = frozenset({"op_overhead", "host_overhead", "step_overhead", "wave_overhead"})
+TIME_FIELDS = frozenset(
+    name for name, field in Efficiency.model_fields.items() if Duration in typing.get_args(field.annotation)
+)
 """Efficiency fields that are times (searched in log space); the others are fractions."""
 FRACTION_FLOOR = 0.02
 """Smallest fraction the search may reach (keeps the logit finite)."""
@@ -103,14 +107,28 @@ def fit_family(
     folds: int = 5,
     max_evaluations: int = 400,
     progress: Callable[[str], None] | None = None,
+    parameters: Sequence[str] | None = None,
 ) -> Fit:
-    """Fit ``family``'s efficiency parameters to its rows of ``table`` and cross-validate the fit."""
+    """Fit ``family``'s efficiency parameters to its rows of ``table`` and cross-validate the fit.
+
+    ``parameters`` names the fields to fit (None: all the family requires); the others keep the
+    values in the family file. A family may not fit more parameters than it has rows: with fewer
+    rows the fit would be free to match every row exactly and say nothing about other runs.
+    """
     spec: ValidationSpec = library.validation(table)
     every = [prepare(row, library) for row in spec.rows]
     rows = [p for p in every if p.family is family]
     if not rows:
         raise ValueError(f"{table} has no rows for family {family.value}")
-    names = REQUIRED[family]
+    names = tuple(parameters) if parameters else REQUIRED[family]
+    unknown = [n for n in names if n not in REQUIRED[family]]
+    if unknown:
+        raise ValueError(f"family {family.value} has no efficiency parameter {', '.join(unknown)}")
+    if len(names) > len(rows):
+        raise ValueError(
+            f"{len(rows)} {family.value} rows cannot determine {len(names)} parameters; "
+            f"name at most {len(rows)} with --parameter"
+        )
     before = library.family(family).efficiency
 
     def run(subset: Sequence[Prepared], efficiency: Efficiency) -> ValidationReport:
@@ -171,10 +189,14 @@ def write_family(path: Path, fit: Fit, table: str) -> None:
             raise ValueError(f"{path}: efficiency.{name} not found")
         value = format_value(name, getattr(fit.after, name)).replace("\\", r"\\")
         text = pattern.sub(rf"\g<1>{value}", text)
+    which = (
+        f"{len(fit.names)} parameters shared by every chip of the family"
+        if set(fit.names) == set(REQUIRED[fit.family])
+        else f"only {', '.join(fit.names)} fitted, the others as set by hand"
+    )
     source = (
         f'  efficiency: "fitted by scripts/calibrate.py to the {fit.rows} {fit.family.value} rows of '
-        f"validation/{table}.yaml (calibration.csv only); {len(fit.names)} parameters shared by every chip "
-        'of the family"'
+        f'validation/{table}.yaml (calibration.csv only); {which}"'
     )
     text, replaced = re.subn(r"^  efficiency: .*$", source, text, flags=re.MULTILINE)
     if replaced != 1:

@@ -17,18 +17,23 @@ from archsim.results.records import RunResult
 from archsim.spec.chip import Efficiency, Family
 from archsim.spec.common import Precision
 from archsim.spec.library import Library
+from archsim.spec.system import SystemSpec
 from archsim.spec.validation import Group, Metric, Row, ValidationSpec
+from archsim.systems import ParallelOptions, replay_system, system_trace
 from archsim.workloads import build_trace
 from archsim.workloads.trace import Mode, Trace
 
 
 @dataclass(frozen=True)
 class Prepared:
-    """A row with its resolved target and built trace."""
+    """A row with its resolved target and built trace (one chip's, for a system)."""
 
     row: Row
     target: Target
     trace: Trace
+    system: SystemSpec | None = None
+    """The multi-chip system the row runs on (its default parallel options), or None for one chip."""
+    source: str = ""
 
     @property
     def family(self) -> Family:
@@ -101,8 +106,18 @@ class ValidationReport:
 
 def prepare(row: Row, library: Library) -> Prepared:
     """Resolve a row's target and build its trace (done once per row)."""
+    mode, precision = Mode(row.mode), Precision(row.precision)
+    entry = library.find(["chip", "system"], row.target)
+    if entry.kind == "system":
+        system = library.system(row.target)
+        source = str(entry.path)
+        trace, _ = system_trace(
+            system, source, row.workload, mode, row.batch, precision, row.seq_len, library, ParallelOptions()
+        )
+        target = Target(name=system.name, chip=library.chip(system.chip))
+        return Prepared(row, target, trace, system, source)
     target = resolve_target(row.target, library)
-    trace = build_trace(row.workload, library, Mode(row.mode), row.batch, Precision(row.precision), row.seq_len)
+    trace = build_trace(row.workload, library, mode, row.batch, precision, row.seq_len)
     return Prepared(row, target, trace)
 
 
@@ -119,6 +134,11 @@ def measure(row: Row, result: RunResult) -> float:
 def predict(prepared: Prepared, library: Library, efficiencies: Mapping[Family, Efficiency] | None = None) -> float:
     """Predict one prepared row, optionally with replacement family efficiency parameters."""
     efficiency = None if efficiencies is None else efficiencies.get(prepared.family)
+    if prepared.system is not None:
+        run = replay_system(
+            prepared.system, prepared.source, prepared.trace, None, library, ParallelOptions(), False, efficiency
+        )
+        return measure(prepared.row, run.result)
     result = run_trace(prepared.target, prepared.trace, library, efficiency)
     return measure(prepared.row, result)
 

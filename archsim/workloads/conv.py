@@ -58,4 +58,6 @@ def conv_graph(workload: str, precision: Precision) -> ForwardGraph:
     out = g.act("conv.out", conv.n * conv.k * conv.p * conv.q)
     gemm = Gemm(1, conv.n * conv.p * conv.q, conv.k, conv.c * conv.r * conv.s)
     g.matmul("conv", gemm, (x, weight), out, conv=conv)
-    return g.graph(grad_inputs=frozenset({x.name}), grad_outputs=frozenset({out.name}), meta={"workload": name})
+    return g.graph(
+        grad_inputs=frozenset({x.name}), grad_outputs=frozenset({out.name}), meta={"workload": name, "launch": "kernel"}
+    )

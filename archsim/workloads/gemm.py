@@ -57,4 +57,6 @@ def gemm_graph(workload: str, precision: Precision) -> ForwardGraph:
     w = g.weight("gemm.w", b * k * n)
     c = g.act("gemm.c", b * m * n)
     g.matmul("gemm", shape, (a, w), c)
-    return g.graph(grad_inputs=frozenset({a.name}), grad_outputs=frozenset({c.name}), meta={"workload": name})
+    return g.graph(
+        grad_inputs=frozenset({a.name}), grad_outputs=frozenset({c.name}), meta={"workload": name, "launch": "kernel"}
+    )

@@ -23,6 +23,10 @@ from dataclasses import dataclass, field
 
 from archsim.spec.common import Precision
 
+LAUNCH_KERNEL = "kernel"
+"""``Trace.meta["launch"]`` of a bare library kernel that a benchmark calls back to back, without a
+framework between the calls (``gemm:`` and ``conv:`` workloads set it; so may a trace file)."""
+
 
 class OpKind(enum.StrEnum):
     """What an op computes; cost models dispatch on it."""

@@ -133,3 +133,10 @@ def test_fitted_values_are_written_with_units() -> None:
     assert format_value("op_overhead", 1.73e-5) == '"17.3 us"'
     assert format_value("step_overhead", 3.07e-3) == '"3.07 ms"'
     assert format_value("compute", 0.76812) == "0.768"
+
+
+def test_calibration_searches_every_time_parameter_in_log_space() -> None:
+    from archsim.validation.calibrate import TIME_FIELDS
+
+    assert {"op_overhead", "framework_overhead", "host_overhead", "step_overhead", "wave_overhead"} <= TIME_FIELDS
+    assert not TIME_FIELDS & {"compute", "memory_bandwidth", "vector", "exchange"}
