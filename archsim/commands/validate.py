@@ -22,7 +22,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def table_lines(report: ValidationReport) -> list[str]:
-    """The per-row table, then MAPE per group and overall."""
+    """The per-row table, then MAPE per group and overall (also without rows marked known outside)."""
     width = max(len(r.row.id) for r in report.rows)
     header = f"{'row':<{width}}  {'group':<11} {'published':>11} {'predicted':>11} {'unit':<5} {'error':>8}  tol"
     lines = [header, "-" * len(header)]
@@ -36,9 +36,14 @@ def table_lines(report: ValidationReport) -> list[str]:
     for group in [*Group, None]:
         mape = report.mape(group)
         if mape is not None:
-            count = sum(1 for r in report.rows if group is None or r.row.group is group)
+            rows = [r for r in report.rows if group is None or r.row.group is group]
             label = group.value if group is not None else "overall"
-            lines.append(f"MAPE {label:<12} {100 * mape:5.1f}%  ({count} rows)")
+            in_scope = report.mape(group, in_scope=True)
+            scope = "n/a" if in_scope is None else f"{100 * in_scope:.1f}%"
+            known = sum(1 for r in rows if r.row.known_outside)
+            lines.append(
+                f"MAPE {label:<12} {100 * mape:5.1f}%  ({len(rows)} rows; {scope} without the {known} known outside)"
+            )
     return lines
 
 

@@ -68,9 +68,17 @@ class ValidationReport:
     name: str
     rows: tuple[RowResult, ...]
 
-    def mape(self, group: Group | None = None) -> float | None:
-        """Mean absolute percentage error (as a fraction) of a group, or of all rows; None if empty."""
-        errors = [abs(r.error) for r in self.rows if group is None or r.row.group is group]
+    def mape(self, group: Group | None = None, in_scope: bool = False) -> float | None:
+        """Mean absolute percentage error (as a fraction) of a group, or of all rows; None if empty.
+
+        ``in_scope`` leaves out the rows marked ``known_outside`` (what the model does not cover);
+        the headline figures count every row.
+        """
+        errors = [
+            abs(r.error)
+            for r in self.rows
+            if (group is None or r.row.group is group) and not (in_scope and r.row.known_outside)
+        ]
         return sum(errors) / len(errors) if errors else None
 
     def to_dict(self) -> dict[str, object]:
@@ -101,6 +109,8 @@ class ValidationReport:
                 for r in self.rows
             ],
             "mape": {g.value: self.mape(g) for g in Group} | {"overall": self.mape()},
+            "mape_in_scope": {g.value: self.mape(g, in_scope=True) for g in Group}
+            | {"overall": self.mape(in_scope=True)},
         }
 
 

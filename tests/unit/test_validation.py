@@ -61,6 +61,15 @@ def test_report_error_and_mape(tmp_path: Path, library: Library) -> None:
     assert report.mape(Group.SINGLE_CHIP) is None
 
 
+def test_in_scope_mape_leaves_out_rows_known_outside(tmp_path: Path, library: Library) -> None:
+    outside = {**ROW, "id": "far", "published": 1.0, "known_outside": "a reason"}
+    report = validate(library, str(table(tmp_path, [ROW, outside])))
+    inside, far = report.rows
+    assert report.mape() == pytest.approx((abs(inside.error) + abs(far.error)) / 2)
+    assert report.mape(in_scope=True) == pytest.approx(abs(inside.error))
+    assert report.to_dict()["mape_in_scope"]["overall"] == pytest.approx(abs(inside.error))
+
+
 @pytest.mark.parametrize(
     ("change", "fragment"),
     [
