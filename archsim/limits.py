@@ -108,10 +108,11 @@ def check_trace_ops(count: int, source: str, what: str = "ops") -> None:
         raise LimitError(source, what, f"{count} {what}, more than the {MAX_TRACE_OPS} allowed")
 
 
-def read_text_file(path: Path, source: str) -> str:
+def read_text_file(path: Path, source: str, missing: str = "no such file") -> str:
     """The UTF-8 text of a regular file of at most :data:`MAX_FILE_BYTES`; anything else is a SpecError.
 
-    For input files outside the YAML loader (SCALE-Sim configurations and topologies).
+    For input files outside the YAML loader (SCALE-Sim configurations and topologies, baselines);
+    ``missing`` is the problem stated when the file does not exist.
     """
     try:
         info = path.stat()
@@ -121,7 +122,7 @@ def read_text_file(path: Path, source: str) -> str:
             raise SpecError(source, "", f"file is {info.st_size} bytes, larger than the {MAX_FILE_BYTES} allowed")
         return path.read_bytes().decode("utf-8")
     except FileNotFoundError:
-        raise SpecError(source, "", "no such file") from None
+        raise SpecError(source, "", missing) from None
     except UnicodeDecodeError:
         raise SpecError(source, "", "not a text file (invalid UTF-8)") from None
     except OSError as err:

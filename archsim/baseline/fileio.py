@@ -33,7 +33,7 @@ from pathlib import Path
 from archsim import __version__
 from archsim.baseline.runs import LAYER_COLUMNS, RUN_COLUMNS, RunRecord, Value
 from archsim.errors import SpecError, UsageError
-from archsim.limits import MAX_FILE_BYTES
+from archsim.limits import read_text_file
 
 SCHEMA_VERSION = 1
 NONE = "\\N"
@@ -164,22 +164,7 @@ def _row(fields: list[str], columns: tuple[tuple[str, type], ...], source: str, 
 
 
 def _read_text(path: Path) -> str:
-    source = str(path)
-    try:
-        size = path.stat().st_size
-        if not path.is_file():
-            raise SpecError(source, "", "not a regular file")
-        if size > MAX_FILE_BYTES:
-            raise SpecError(source, "", f"file is {size} bytes, larger than the {MAX_FILE_BYTES} allowed")
-        return path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise SpecError(source, "", "no such baseline (save one with: archsim baseline save NAME)") from None
-    except UnicodeDecodeError:
-        raise SpecError(source, "", "not a text file (invalid UTF-8)") from None
-    except OSError as err:
-        raise SpecError(source, "", f"cannot read: {err.strerror or err}") from None
-    except ValueError:
-        raise SpecError(source, "", "not a valid file name") from None
+    return read_text_file(path, str(path), "no such baseline (save one with: archsim baseline save NAME)")
 
 
 def read_baseline(path: Path) -> Baseline:
