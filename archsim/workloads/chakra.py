@@ -41,7 +41,7 @@ from typing import Any
 from archsim.errors import LimitError, SpecError, UsageError
 from archsim.limits import MAX_DIM, MAX_INT, MAX_MODEL_FILE_BYTES, MAX_TRACE_OPS
 from archsim.spec.common import Precision
-from archsim.workloads.onnx_import import read_model_bytes
+from archsim.workloads.onnx_import.load import read_model_bytes
 from archsim.workloads.trace import ConvShape, Gemm, Mode, Op, OpKind, Phase, Role, TensorAccess, Trace
 
 SUFFIXES = (".et", ".chakra")
