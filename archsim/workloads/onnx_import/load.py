@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from archsim.errors import SpecError, UsageError
-from archsim.limits import MAX_MODEL_FILE_BYTES, check_trace_ops
+from archsim.errors import LimitError, SpecError, UsageError
+from archsim.limits import MAX_DIM, MAX_MODEL_FILE_BYTES, check_trace_ops
 
 FLOAT_TYPES = frozenset({1, 10, 11, 16, 17, 18, 19, 20, 21, 22, 23})  # float, fp16, double, bf16, fp8 and fp4 types
 """ONNX element types that are floating point (the run's precision in the trace)."""
@@ -106,6 +106,37 @@ def check_structure(model: Any, source: str) -> None:
     for out in graph.output:
         if out.name not in defined:
             raise SpecError(source, "graph.output", f"{out.name!r} is produced by no node")
+    for init in graph.initializer:
+        check_tensor(init, source, f"initializer {init.name!r}", initializer=True)
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                check_tensor(attr.t, source, f"node {node.name or node.op_type!r}.{attr.name}")
+
+
+_DATA_FIELDS = ("raw_data", "float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
+
+
+def check_tensor(tensor: Any, source: str, field: str, initializer: bool = False) -> None:
+    """Dimensions in range, and data, where the file carries it, of the size the dimensions say.
+
+    ONNX shape inference trusts the dimensions of a constant: ``[2**40]`` over one stored value
+    would make it allocate without bound, so such a tensor is refused before inference.
+    """
+    from onnx import numpy_helper
+
+    for dim in tensor.dims:
+        if not 0 <= dim <= MAX_DIM:
+            raise LimitError(source, field, f"a dimension of {dim} is outside 0 to {MAX_DIM}")
+    if tensor.data_location != 0 or not any(len(getattr(tensor, name)) for name in _DATA_FIELDS):
+        return  # no data in the file: only the shape is used
+    if initializer and tensor.data_type in FLOAT_TYPES and math.prod(tensor.dims) > 64:
+        return  # a weight: strip_weights drops its data before shape inference
+    try:
+        numpy_helper.to_array(tensor)
+    except Exception as err:  # onnx raises ValueError, TypeError or its own errors for bad data
+        message = " ".join(str(err).split())[:120]
+        raise SpecError(source, field, f"its data does not match its dims {list(tensor.dims)} ({message})") from None
 
 
 def bind(model: Any, source: str, batch: int | None, seq_len: int | None) -> tuple[int, int | None]:
@@ -231,6 +262,8 @@ def fold_node(
             return None  # a float Constant of several elements is a weight
     elif not inputs or not all(n in values for n in inputs):
         return None
+    if not _small_enough(node, [np.asarray(values[n]) for n in inputs], infos):
+        return None
     try:
         outputs = ReferenceEvaluator(node, opsets=opsets).run(None, {n: values[n] for n in inputs})
     except Exception:
@@ -238,6 +271,61 @@ def fold_node(
     if any(np.asarray(o).size > MAX_FOLDED_ELEMENTS for o in outputs):
         return None
     return [np.asarray(o) for o in outputs]
+
+
+def _small_enough(node: Any, inputs: list[Any], infos: dict[str, TensorInfo]) -> bool:
+    """Whether folding ``node`` stays within :data:`MAX_FOLDED_ELEMENTS`, judged before evaluating it.
+
+    Evaluating first and checking after would let a ``ConstantOfShape`` of ``[10**5, 10**5]`` (or a
+    broadcast of large integer tensors) allocate without bound: the inputs must be small, the
+    inferred outputs too where inference knows them, and the ops whose output size comes from their
+    input values (not their input sizes) are bounded from those values.
+    """
+    if any(x.size > MAX_FOLDED_ELEMENTS for x in inputs):
+        return False
+    for name in node.output:
+        info = infos.get(name)
+        if info is not None and info.dims is not None and info.elements > MAX_FOLDED_ELEMENTS:
+            return False
+    try:
+        bound = _output_elements(node, inputs)
+    except (ValueError, TypeError, OverflowError, IndexError):
+        return False  # values the op cannot take: leave the node to the importer's own checks
+    return bound <= MAX_FOLDED_ELEMENTS
+
+
+def _output_elements(node: Any, inputs: list[Any]) -> float:
+    """The elements of ``node``'s largest output, bounded from its (small) input values.
+
+    Exact or an upper bound for the ops whose size comes from values and for broadcasting ops; for
+    the others (``MatMul``, ``Gather``) the broadcast of the inputs' shapes, which with inputs of at
+    most :data:`MAX_FOLDED_ELEMENTS` elements keeps the evaluation within its square.
+    """
+    op = node.op_type
+    ints = [[float(v) for v in x.ravel()] for x in inputs]
+    if op == "ConstantOfShape":
+        return math.prod(ints[0])
+    if op == "Range":
+        start, limit, delta = (v[0] for v in ints[:3])
+        return 0.0 if delta == 0 else max(0.0, math.ceil((limit - start) / delta))
+    if op == "Tile":
+        return float(inputs[0].size) * math.prod(ints[1])
+    if op == "Expand":
+        return math.prod(_broadcast([list(inputs[0].shape), ints[1]]))
+    if op == "Pad" and len(ints) > 1:
+        pads = ints[1]
+        rank = len(pads) // 2
+        return math.prod(float(d) + pads[i] + pads[i + rank] for i, d in enumerate(inputs[0].shape[:rank]))
+    if op == "Resize":
+        return math.inf  # sizes or scales from values: not worth folding
+    return math.prod(_broadcast([list(x.shape) for x in inputs]))
+
+
+def _broadcast(shapes: list[list[float]]) -> list[float]:
+    """The per-axis largest dimension of ``shapes`` aligned on the right (numpy broadcasting's result)."""
+    rank = max((len(shape) for shape in shapes), default=0)
+    padded = [[1.0] * (rank - len(shape)) + [float(d) for d in shape] for shape in shapes]
+    return [max(column) for column in zip(*padded, strict=True)] if padded else []
 
 
 def fold_constants(model: Any, source: str) -> set[str]:
