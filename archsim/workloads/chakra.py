@@ -488,6 +488,8 @@ def read_chakra(path: str | os.PathLike[str], precision: Precision = Precision.F
             entries.append(("none", index))
         op_deps.append(reach)
         all_deps.append(deps)
+    if not ops and not comms:  # a step of no op has no time to divide by
+        raise SpecError(source, "nodes", "no compute or communication node")
     if ours:
         if len(ops) != len(nodes) or order != list(range(len(nodes))):
             raise SpecError(source, "nodes", "an archsim trace must hold compute nodes only, in order")

@@ -180,6 +180,14 @@ def test_duplicate_key_in_an_op_line_is_refused(tmp_path: Path) -> None:
         read_trace(path)
 
 
+def test_a_trace_of_no_op_is_refused(tmp_path: Path) -> None:
+    # it used to load, and replaying it divided by a step time of zero (found by fuzzing)
+    path = write_data(tmp_path, {"ops": []})
+    with pytest.raises(SpecError) as err:
+        read_trace(path)
+    assert err.value.field == "ops"
+
+
 def test_missing_and_empty_files(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="no such file"):
         read_trace(tmp_path / "absent.yaml")
