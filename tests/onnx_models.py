@@ -167,6 +167,25 @@ def bert_base_model(layers: int = 12) -> onnx.ModelProto:
     return g.model("bert-base", inputs, outputs)
 
 
+def small_cnn_model() -> onnx.ModelProto:
+    """A small CNN as ResNet-50's stem and head (Conv, BatchNormalization, Relu, MaxPool, Add, pooling,
+    Flatten, Gemm) on 3x32x32 inputs, batch ``N``: a cheap seed for fuzzing the importer."""
+    g = _Graph()
+    w = g.weight("conv.weight", 8, 3, 3, 3)
+    x = g.node("Conv", ["input", w], "conv.out", "conv", kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
+    params = [g.weight(f"bn.{p}", 8) for p in ("weight", "bias", "running_mean", "running_var")]
+    x = g.node("BatchNormalization", [x, *params], "bn.out", "bn", epsilon=1e-5)
+    y = g.node("Relu", [x], "relu.out", "relu")
+    y = g.node("Add", [y, x], "add.out", "add")
+    y = g.node("MaxPool", [y], "pool.out", "pool", kernel_shape=[2, 2], strides=[2, 2])
+    y = g.node("GlobalAveragePool", [y], "gap.out", "gap")
+    y = g.node("Flatten", [y], "flatten.out", "flatten", axis=1)
+    y = g.node("Gemm", [y, g.weight("fc.weight", 10, 8), g.weight("fc.bias", 10)], "logits", "fc", transB=1)
+    inputs = [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 3, 32, 32])]
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])]
+    return g.model("small-cnn", inputs, outputs)
+
+
 def save(model: onnx.ModelProto, path: Path) -> Path:
     """Write ``model`` (its external weight file stays absent)."""
     path.write_bytes(model.SerializeToString())

@@ -16,9 +16,9 @@ Use them to state invariants of your own models or chips::
 * :func:`traces` -- small random DAGs of ops in topological order.
 * :func:`systems` / :func:`system_data` -- valid variants of the built-in multi-chip systems;
   :func:`fabrics` -- small resolved fabrics for the collective models.
-* :func:`descriptions`, :func:`mutated` and :func:`mutated_text` -- the library's descriptions as
-  YAML-ready data, and corrupted copies of such data or of any text, for fuzzing loaders (archsim's
-  own fuzz test uses them).
+* :func:`descriptions`, :func:`mutated`, :func:`mutated_text` and :func:`mutated_bytes` -- the
+  library's descriptions as YAML-ready data, and corrupted copies of such data, of any text or of a
+  binary file (ONNX, Chakra ET), for fuzzing loaders (archsim's own fuzz test uses them).
 
 This module needs hypothesis (``pip install 'archsim[testing]'``); nothing else in archsim imports it.
 """
@@ -55,6 +55,7 @@ __all__ = [
     "fabrics",
     "gemm_ops",
     "mutated",
+    "mutated_bytes",
     "mutated_text",
     "ops",
     "precisions",
@@ -480,3 +481,44 @@ def mutated_text(draw: st.DrawFn, text: str, max_changes: int = 3) -> str:
                 index = draw(st.sampled_from(digits))
                 text = text[:index] + draw(st.sampled_from(["0", "-1", "99999999999", "1e30", "x"])) + text[index + 1 :]
     return text
+
+
+BYTE_TOKENS = (
+    b"\x00",
+    b"\xff",
+    b"\x80" * 12,  # a varint that never ends
+    b"\xff\xff\xff\xff\x0f",  # a varint of 2^32 - 1: a huge length prefix
+    b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01",  # the largest 64-bit varint
+    b"\x1f\x8b",  # the gzip magic
+    b"\x08\x00",
+    b"\x0a\x00",
+    b"\x12\x7f",
+)
+"""Fragments that break length-delimited binary formats (protobuf, Chakra ET) in instructive ways."""
+
+
+@st.composite
+def mutated_bytes(draw: st.DrawFn, data: bytes, max_changes: int = 3) -> bytes:
+    """``data`` with 1 to ``max_changes`` random edits: bytes flipped, inserted or deleted, ranges duplicated or cut."""
+    for _ in range(draw(st.integers(min_value=1, max_value=max_changes))):
+        position = draw(st.integers(min_value=0, max_value=len(data)))
+        action = draw(st.sampled_from(["insert", "delete", "duplicate", "truncate", "flip", "set"]))
+        if action == "insert":
+            token = draw(st.one_of(st.sampled_from(BYTE_TOKENS), st.binary(min_size=1, max_size=8)))
+            data = data[:position] + token + data[position:]
+        elif action == "delete":
+            data = data[:position] + data[position + draw(st.integers(min_value=1, max_value=40)) :]
+        elif action == "duplicate":
+            chunk = data[position : position + draw(st.integers(min_value=1, max_value=256))]
+            data = data[:position] + chunk + data[position:]
+        elif action == "truncate":
+            data = data[:position]
+        elif position < len(data):
+            old = data[position]
+            new = (
+                old ^ (1 << draw(st.integers(min_value=0, max_value=7)))
+                if action == "flip"
+                else draw(st.integers(0, 255))
+            )
+            data = data[:position] + bytes([new]) + data[position + 1 :]
+    return data

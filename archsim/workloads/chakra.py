@@ -41,7 +41,7 @@ from typing import Any
 from archsim.errors import LimitError, SpecError, UsageError
 from archsim.limits import MAX_DIM, MAX_INT, MAX_MODEL_FILE_BYTES, MAX_TRACE_OPS
 from archsim.spec.common import Precision
-from archsim.workloads.onnx_import import read_model_bytes
+from archsim.workloads.onnx_import.load import read_model_bytes
 from archsim.workloads.trace import ConvShape, Gemm, Mode, Op, OpKind, Phase, Role, TensorAccess, Trace
 
 SUFFIXES = (".et", ".chakra")
@@ -488,6 +488,8 @@ def read_chakra(path: str | os.PathLike[str], precision: Precision = Precision.F
             entries.append(("none", index))
         op_deps.append(reach)
         all_deps.append(deps)
+    if not ops and not comms:  # a step of no op has no time to divide by
+        raise SpecError(source, "nodes", "no compute or communication node")
     if ours:
         if len(ops) != len(nodes) or order != list(range(len(nodes))):
             raise SpecError(source, "nodes", "an archsim trace must hold compute nodes only, in order")

@@ -115,7 +115,7 @@ class TraceFile(Spec):
     parameters: NonNegative
     memory_bytes: NonNegative
     meta: dict[StrictStr, StrictStr] = Field(default_factory=dict)
-    ops: tuple[OpEntry, ...]
+    ops: Annotated[tuple[OpEntry, ...], Field(min_length=1)]  # a step of no op has no time to divide by
 
 
 def _check_deps(entries: tuple[OpEntry, ...], source: str) -> None:

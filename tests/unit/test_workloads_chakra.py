@@ -128,7 +128,7 @@ def test_cli_export_then_run_and_import(tmp_path: Path, capsys: pytest.CaptureFi
     assert read_trace(yaml_file) == read_chakra(et).trace
 
 
-@pytest.mark.parametrize("damage", ["truncate", "garbage", "cycle", "empty"])
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "cycle", "empty", "no-node"])
 def test_malformed_or_truncated_et_is_one_line_exit_2(
     tmp_path: Path, library: Library, capsys: pytest.CaptureFixture[str], damage: str
 ) -> None:
@@ -142,6 +142,8 @@ def test_malformed_or_truncated_et_is_one_line_exit_2(
         bad.write_bytes(b"\x05\xff\xff\xff\xff\xff" + data)
     elif damage == "empty":
         bad.write_bytes(b"")
+    elif damage == "no-node":  # only the metadata: used to replay to a step time of zero, then divide by it
+        bad.write_bytes(encode(messages()["GlobalMetadata"](version="0.0.4")))
     else:
         m = messages()
         a = m["Node"](id=1, name="a", type=4, data_deps=[2])

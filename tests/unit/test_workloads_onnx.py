@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import tracemalloc
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
 
-from onnx import TensorProto, helper  # noqa: E402 - after the optional-dependency skip
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402 - after the optional-dependency skip
 
 from archsim.api import simulate  # noqa: E402
 from archsim.cli import main  # noqa: E402
-from archsim.errors import SpecError, UsageError  # noqa: E402
+from archsim.errors import LimitError, SpecError, UsageError  # noqa: E402
 from archsim.spec.common import Precision  # noqa: E402
 from archsim.spec.library import Library  # noqa: E402
 from archsim.workloads import build_trace  # noqa: E402
@@ -160,3 +162,38 @@ def test_malformed_or_truncated_file_is_one_line_exit_2(
     assert err.startswith(f"archsim: error: {bad}") and err.count("\n") == 1
     assert main(["trace", "import", str(bad), "--out", str(tmp_path / "x.yaml")]) == 2
     assert not (tmp_path / "x.yaml").exists()
+
+
+def test_a_constant_whose_dims_outgrow_its_data_is_refused_before_shape_inference(tmp_path: Path) -> None:
+    # ONNX shape inference trusts a constant's dims: [2**40] over one value made it allocate without bound
+    for dims, error, problem in (([2**40], LimitError, "outside 0 to"), ([1000], SpecError, "does not match")):
+        axes = helper.make_tensor("axes", TensorProto.INT64, [1], [1])
+        axes.dims[0] = dims[0]
+        nodes = [helper.make_node("ReduceSum", ["x", "axes"], ["y"])]
+        path = save(_tiny(nodes, [axes]), tmp_path / "axes.onnx")
+        with pytest.raises(error, match=problem) as err:
+            import_onnx(path)
+        assert err.value.field == "initializer 'axes'"
+
+
+def test_constant_folding_never_builds_a_large_tensor(tmp_path: Path) -> None:
+    # ConstantOfShape of [4000, 4000] used to be evaluated (64 MB here, any size in general) before
+    # its size was checked; now it is left to the importer, which prices it without building it
+    shape = numpy_helper.from_array(np.array([4000, 4000], dtype=np.int64), "shape")
+    nodes = [helper.make_node("ConstantOfShape", ["shape"], ["big"]), helper.make_node("Add", ["x", "big"], ["y"])]
+    graph = helper.make_graph(
+        nodes,
+        "big",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4000, 4000])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[shape],
+    )
+    path = save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), tmp_path / "big.onnx")
+    tracemalloc.start()
+    try:
+        trace = import_onnx(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [op.kind for op in trace.ops] == [OpKind.ELEMENTWISE]
+    assert peak < 16 * 2**20

@@ -10,6 +10,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from archsim.api import simulate
 from archsim.errors import SpecError
 from archsim.spec.common import Precision
 from archsim.spec.library import Library
@@ -178,6 +179,28 @@ def test_duplicate_key_in_an_op_line_is_refused(tmp_path: Path) -> None:
     path.write_text(text, encoding="utf-8")
     with pytest.raises(SpecError, match="duplicate key"):
         read_trace(path)
+
+
+def test_a_trace_of_no_op_is_refused(tmp_path: Path) -> None:
+    # it used to load, and replaying it divided by a step time of zero (found by fuzzing)
+    path = write_data(tmp_path, {"ops": []})
+    with pytest.raises(SpecError) as err:
+        read_trace(path)
+    assert err.value.field == "ops"
+
+
+def test_readme_trace_example_reads_and_runs_as_written(tmp_path: Path, library: Library) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    start = readme.index("```yaml", readme.index("## Trace files")) + len("```yaml")
+    path = tmp_path / "tiny-mlp.yaml"
+    path.write_text(readme[start : readme.index("```", start)], encoding="utf-8")
+    trace = read_trace(path)
+    assert [op.kind for op in trace.ops] == [OpKind.MATMUL, OpKind.ELEMENTWISE]
+    # the stated parameters and bytes are the weights' (64 x 64 + 64 elements, fp16) and the input's
+    assert trace.parameters == 64 * 64 + 64
+    assert trace.memory_bytes == 2 * trace.parameters + trace.ops[0].reads[0].bytes
+    result = simulate("v100", str(path), library=library)
+    assert result.step_time_s > 0
 
 
 def test_missing_and_empty_files(tmp_path: Path) -> None:
