@@ -33,6 +33,8 @@ TIME_FIELDS = frozenset(
     name for name, field in Efficiency.model_fields.items() if Duration in typing.get_args(field.annotation)
 )
 """Efficiency fields that are times (searched in log space); the others are fractions."""
+TIME_FLOOR_S = 1e-9
+"""Fitted times below this (a nanosecond, far below any per-op or per-step cost) are written as zero."""
 FRACTION_FLOOR = 0.02
 """Smallest fraction the search may reach (keeps the logit finite)."""
 
@@ -171,8 +173,13 @@ def _group_mape(rows: Sequence[Prepared], errors: dict[str, float]) -> dict[str,
 
 
 def format_value(name: str, value: float) -> str:
-    """A fitted value as it is written in YAML: a unit string for times, a plain number otherwise."""
+    """A fitted value as it is written in YAML: a unit string for times, a plain number otherwise.
+
+    A time below :data:`TIME_FLOOR_S` is the search's stand-in for zero and is written as ``"0 s"``.
+    """
     if name in TIME_FIELDS:
+        if value < TIME_FLOOR_S:
+            return '"0 s"'
         for unit, factor in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
             if value >= factor:
                 return f'"{value / factor:.3g} {unit}"'

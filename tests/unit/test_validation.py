@@ -142,6 +142,8 @@ def test_fitted_values_are_written_with_units() -> None:
     assert format_value("op_overhead", 1.73e-5) == '"17.3 us"'
     assert format_value("step_overhead", 3.07e-3) == '"3.07 ms"'
     assert format_value("compute", 0.76812) == "0.768"
+    assert format_value("wave_overhead", 4.2e-9) == '"4.2 ns"'
+    assert format_value("step_overhead", 9.36e-14) == '"0 s"'  # the search's floor stands for zero
 
 
 def test_calibration_searches_every_time_parameter_in_log_space() -> None:
