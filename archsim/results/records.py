@@ -109,6 +109,15 @@ class Normalized:
     per_watt: float | None
     per_billion_transistors: float | None
 
+    @classmethod
+    def of(cls, per_chip: float, chip: ChipSpec) -> Normalized:
+        """Normalize a per-chip throughput by ``chip``'s published TDP and transistor count."""
+        return cls(
+            per_chip=per_chip,
+            per_watt=per_chip / chip.tdp if chip.tdp else None,
+            per_billion_transistors=per_chip / (chip.transistors / 1e9) if chip.transistors else None,
+        )
+
 
 @dataclass(frozen=True)
 class RunResult:
@@ -210,11 +219,7 @@ def build_result(
         throughput=throughput,
         flops=flops,
         utilization=flops / step_time_s / peak,
-        normalized=Normalized(
-            per_chip=per_chip,
-            per_watt=per_chip / chip.tdp if chip.tdp else None,
-            per_billion_transistors=per_chip / (chip.transistors / 1e9) if chip.transistors else None,
-        ),
+        normalized=Normalized.of(per_chip, chip),
         ops_time_s=ops_time_s,
         step_overhead_s=step_overhead_s,
         time_by_bound=by_bound,
@@ -284,11 +289,7 @@ def build_system_result(
         throughput=throughput,
         flops=flops,
         utilization=flops / step_time_s / (chip.peak[trace.precision] * num_chips),
-        normalized=Normalized(
-            per_chip=per_chip,
-            per_watt=per_chip / chip.tdp if chip.tdp else None,
-            per_billion_transistors=per_chip / (chip.transistors / 1e9) if chip.transistors else None,
-        ),
+        normalized=Normalized.of(per_chip, chip),
         ops_time_s=ops_time_s,
         step_overhead_s=step_overhead_s,
         time_by_bound=by_bound,
