@@ -19,9 +19,10 @@ from archsim.models import cost_model_for
 from archsim.models.base import framework_overhead_s
 from archsim.results.records import RunResult, build_result
 from archsim.spec.chip import ChipSpec, Efficiency, Family
-from archsim.spec.common import Precision
+from archsim.spec.common import Fusion, Precision
 from archsim.spec.library import Library
 from archsim.workloads import build_trace
+from archsim.workloads.options import TraceOptions
 from archsim.workloads.trace import Mode, Trace
 
 
@@ -89,6 +90,8 @@ def simulate(
     collective: str | None = None,
     bucket_bytes: int | None = None,
     overlap: bool = True,
+    fusion: str | Fusion = Fusion.NONE,
+    recompute: bool = False,
 ) -> RunResult:
     """Replay ``workload`` on ``target`` and return the run's records.
 
@@ -96,7 +99,9 @@ def simulate(
     ``gemm:MxNxK``. ``batch`` is per chip (None: the model's default for the mode, halved until the
     step fits the chip's memory -- the in-processor memory on IPUs); ``precision``
     None means the chip's default (fp16, or bf16 on TPUs). Bad arguments raise
-    :class:`~archsim.errors.ArchsimError` subclasses naming the argument.
+    :class:`~archsim.errors.ArchsimError` subclasses naming the argument. ``fusion`` (``none`` or
+    ``norm-act``) and ``recompute`` say how the framework runs the graph
+    (:class:`~archsim.workloads.options.TraceOptions`).
 
     ``target`` may also be a multi-chip system (``interconnect/systems/``); the keyword arguments
     then spread the workload over it (see :func:`archsim.systems.simulate_system`, where they are
@@ -110,6 +115,7 @@ def simulate(
         if value is not None and value > MAX_ARGUMENT:
             raise LimitError("", flag, f"must be at most {MAX_ARGUMENT}")
     library = library or Library(search_path)
+    options = trace_options(fusion, recompute)
     multichip = nodes is not None or pipeline_stages != 1 or microbatches is not None
     if multichip or library.find(["chip", "system"], target).kind == "system":
         from archsim.systems import simulate_system  # imported here: archsim.systems builds on this module
@@ -129,6 +135,8 @@ def simulate(
             collective=collective,
             bucket_bytes=bucket_bytes,
             overlap=overlap,
+            fusion=options.fusion,
+            recompute=options.recompute,
         ).result
     resolved = resolve_target(target, library)
     chip = resolved.chip
@@ -137,13 +145,20 @@ def simulate(
     if run_precision not in chip.peak:
         supported = ", ".join(p.value for p in chip.precisions)
         raise UsageError(chip.name, "--precision", f"{run_precision.value} is not supported (supported: {supported})")
-    trace = build_trace(workload, library, run_mode, batch, run_precision, seq_len)
+    trace = build_trace(workload, library, run_mode, batch, run_precision, seq_len, options)
     if batch is None and "model" in trace.meta:
         # the default batch is the model's, halved until the step fits the chip's preferred memory
         fits = preferred_capacity_bytes(chip)
         while trace.memory_bytes > fits and trace.batch > 1:
-            trace = build_trace(workload, library, run_mode, trace.batch // 2, run_precision, seq_len)
+            trace = build_trace(workload, library, run_mode, trace.batch // 2, run_precision, seq_len, options)
     return run_trace(resolved, trace, library)
+
+
+def trace_options(fusion: str | Fusion, recompute: bool) -> TraceOptions:
+    """The trace options of a run, checked (``--fusion``, ``--recompute``)."""
+    if not isinstance(recompute, bool):
+        raise UsageError("", "--recompute", f"must be true or false, got {recompute!r}")
+    return TraceOptions(_choice(Fusion, fusion, "--fusion"), recompute)
 
 
 def run_trace(target: Target, trace: Trace, library: Library, family_efficiency: Efficiency | None = None) -> RunResult:

@@ -50,6 +50,21 @@ def positive_int(text: str) -> int:
     return value
 
 
+def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register ``--fusion`` and ``--recompute``: how the framework runs the graph (``TraceOptions``)."""
+    parser.add_argument(
+        "--fusion",
+        choices=["none", "norm-act"],
+        default="none",
+        help="ops the framework fuses: norm-act runs element-wise ops after a norm in its kernel (default none)",
+    )
+    parser.add_argument(
+        "--recompute",
+        action="store_true",
+        help="training: keep checkpoints only and recompute the other activations in the backward pass",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every subcommand."""
     common = _Parser(add_help=False)

@@ -22,7 +22,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from archsim.api import _choice, capacity_bytes, preferred_capacity_bytes, simulate
+from archsim.api import _choice, capacity_bytes, preferred_capacity_bytes, simulate, trace_options
 from archsim.engine.collectives import DEFAULT_CHUNK_BYTES, resolve_algorithm
 from archsim.engine.network import Lane
 from archsim.engine.parallel import (
@@ -45,10 +45,11 @@ from archsim.models.placement import Placement, place
 from archsim.results.records import CollectiveRecord, LinkRecord, RunResult, build_system_result
 from archsim.results.timeline import MIRRORED_CHIPS, Timeline, TimelineSpan
 from archsim.spec.chip import ChipSpec, Efficiency
-from archsim.spec.common import Precision
+from archsim.spec.common import Fusion, Precision
 from archsim.spec.library import Library
 from archsim.spec.system import SystemSpec
 from archsim.workloads import build_trace
+from archsim.workloads.options import TraceOptions
 from archsim.workloads.pipeline import Stage, split_stages, stage_memory_bytes, sub_trace
 from archsim.workloads.trace import Mode, Op, Phase, Trace
 
@@ -70,6 +71,8 @@ class ParallelOptions:
     bucket_bytes: int = DEFAULT_BUCKET_BYTES
     overlap: bool = True
     chunk_bytes: float = DEFAULT_CHUNK_BYTES
+    trace: TraceOptions = field(default_factory=TraceOptions)
+    """How each chip's trace is built (fusion, recomputation)."""
 
 
 @dataclass
@@ -98,6 +101,8 @@ def simulate_system(
     overlap: bool = True,
     record: bool = False,
     search_path: Sequence[str] = (),
+    fusion: str | Fusion = Fusion.NONE,
+    recompute: bool = False,
 ) -> SystemRun:
     """Simulate ``workload`` on a system (or a chip) and return the result and, if ``record``, its timeline.
 
@@ -110,10 +115,12 @@ def simulate_system(
     * ``schedule``: ``1f1b`` or ``gpipe``; ``collective``: ``auto``, ``ring``, ``tree``,
       ``hierarchical`` or ``torus``; ``bucket_bytes``: gradient bucket size (None: 25 MiB);
       ``overlap``: all-reduce buckets during the backward pass.
+    * ``fusion``, ``recompute``: how the framework runs the graph, as in :func:`archsim.simulate`.
 
     A chip target with none of the multi-chip options runs as :func:`archsim.simulate` does.
     """
     library = library or Library(search_path)
+    trace_opts = trace_options(fusion, recompute)
     for flag, value in (("--nodes", nodes), ("--pipeline-stages", pipeline_stages), ("--microbatches", microbatches)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise UsageError("", flag, f"must be a positive integer, got {value!r}")
@@ -128,7 +135,9 @@ def simulate_system(
         flag = "--nodes" if nodes is not None else "--pipeline-stages" if pipeline_stages != 1 else "--microbatches"
         if nodes is not None or pipeline_stages != 1 or microbatches is not None:
             raise UsageError(target, flag, "needs a multi-chip system as the target, not a chip")
-        result = simulate(target, workload, mode, batch, precision, seq_len, library)
+        result = simulate(
+            target, workload, mode, batch, precision, seq_len, library, fusion=fusion, recompute=recompute
+        )
         spans = [(layer.name, layer.start_s, layer.end_s, layer.phase) for layer in result.layers]
         timeline = (
             Timeline([(f"chip 0 ({result.target})", [TimelineSpan(*sp) for sp in spans])]) if record else Timeline()
@@ -150,6 +159,7 @@ def simulate_system(
         collective=collective,
         bucket_bytes=bucket_bytes or DEFAULT_BUCKET_BYTES,
         overlap=overlap,
+        trace=trace_opts,
     )
     return run_system(system, source, workload, run_mode, batch, run_precision, seq_len, library, options, record)
 
@@ -196,12 +206,12 @@ def system_trace(
     microbatches = options.microbatches
     if options.pipeline_stages == 1 and microbatches in (None, 1):
         chip = library.chip(system.chip)
-        return _data_parallel_trace(workload, library, mode, batch, precision, seq_len, chip), None
+        return _data_parallel_trace(workload, library, mode, batch, precision, seq_len, chip, options.trace), None
     if microbatches is None:
         microbatches = 4 * options.pipeline_stages
         if batch is not None:
             microbatches = math.gcd(batch, microbatches)
-    trace = _microbatch_trace(workload, library, mode, batch, precision, seq_len, microbatches, source)
+    trace = _microbatch_trace(workload, library, mode, batch, precision, seq_len, microbatches, source, options.trace)
     return trace, microbatches
 
 
@@ -241,13 +251,14 @@ def _data_parallel_trace(
     precision: Precision,
     seq_len: int | None,
     chip: ChipSpec,
+    options: TraceOptions,
 ) -> Trace:
     """The per-chip trace; the default batch is halved until it fits, as on one chip."""
-    trace = build_trace(workload, library, mode, batch, precision, seq_len)
+    trace = build_trace(workload, library, mode, batch, precision, seq_len, options)
     if batch is None and "model" in trace.meta:
         fits = preferred_capacity_bytes(chip)
         while trace.memory_bytes > fits and trace.batch > 1:
-            trace = build_trace(workload, library, mode, trace.batch // 2, precision, seq_len)
+            trace = build_trace(workload, library, mode, trace.batch // 2, precision, seq_len, options)
     check_trace_ops(len(trace.ops), trace.name)
     return trace
 
@@ -261,9 +272,10 @@ def _microbatch_trace(
     seq_len: int | None,
     microbatches: int,
     source: str,
+    options: TraceOptions,
 ) -> Trace:
     """One microbatch's trace (``batch / microbatches`` samples)."""
-    probe = build_trace(workload, library, mode, batch, precision, seq_len)
+    probe = build_trace(workload, library, mode, batch, precision, seq_len, options)
     if "model" not in probe.meta:  # a trace file or an inline product: its batch is one microbatch
         check_trace_ops(len(probe.ops), probe.name)
         return probe
@@ -271,7 +283,7 @@ def _microbatch_trace(
         raise UsageError(
             source, "--microbatches", f"the batch of {probe.batch} does not split into {microbatches} microbatches"
         )
-    trace = build_trace(workload, library, mode, probe.batch // microbatches, precision, seq_len)
+    trace = build_trace(workload, library, mode, probe.batch // microbatches, precision, seq_len, options)
     check_trace_ops(len(trace.ops), trace.name)
     return trace
 

@@ -74,6 +74,8 @@ def simulate_args(args: argparse.Namespace) -> RunResult:
         overlap=not args.no_overlap,
         record=args.timeline is not None,
         search_path=args.lib,
+        fusion=args.fusion,
+        recompute=args.recompute,
     )
     if args.timeline is not None:
         write_timeline(run.timeline, args.timeline)

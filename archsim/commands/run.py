@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from archsim.cli import positive_int
+from archsim.cli import add_trace_arguments, positive_int
 from archsim.commands import multichip, scalesim
 from archsim.errors import UsageError
 from archsim.models.systolic_layer import StallModel
@@ -33,6 +33,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seq-len", type=positive_int, default=None, help="sequence length (BERT)")
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    add_trace_arguments(parser)
     multichip.add_arguments(parser)
     parser.set_defaults(handler=run)
 
@@ -40,10 +41,14 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Simulate and print (a SCALE-Sim ``CONFIG.cfg TOPOLOGY.csv`` pair runs as ``archsim scalesim``)."""
     if scalesim.is_scalesim_pair(args.target, args.workload):
-        if args.mode != "infer" or args.batch or args.precision or args.seq_len:
+        if args.mode != "infer" or args.batch or args.precision or args.seq_len or args.recompute:
             raise UsageError(
-                args.target, "", "--mode, --batch, --precision and --seq-len do not apply to SCALE-Sim files"
+                args.target,
+                "",
+                "--mode, --batch, --precision, --seq-len and --recompute do not apply to SCALE-Sim files",
             )
+        if args.fusion != "none":
+            raise UsageError(args.target, "--fusion", "does not apply to SCALE-Sim files")
         args.config, args.topology, args.model = args.target, args.workload, StallModel.SCALESIM.value
         return scalesim.run(args)
     if is_chakra(args.workload):
@@ -64,7 +69,15 @@ def _run_chakra(args: argparse.Namespace, chakra: ChakraTrace) -> int:
     """Replay a Chakra ET with communication nodes (see :mod:`archsim.chakra_replay`)."""
     from archsim.chakra_replay import replay_chakra
 
-    if args.mode != "infer" or args.batch or args.seq_len or args.nodes or args.pipeline_stages != 1:
+    if (
+        args.mode != "infer"
+        or args.batch
+        or args.seq_len
+        or args.nodes
+        or args.pipeline_stages != 1
+        or args.fusion != "none"
+        or args.recompute
+    ):
         raise UsageError(
             args.workload, "", "a Chakra ET is replayed as recorded: only --precision and --collective apply"
         )

@@ -1,9 +1,11 @@
 """``archsim trace import|export``: traces from ONNX models and Chakra ETs, and traces as Chakra ETs.
 
 * ``archsim trace import MODEL.onnx|TRACE.et --out FILE.yaml [--mode M] [--batch N] [--seq-len L]
-  [--precision P] [--optimizer O]`` writes an archsim trace file (``kind: trace``);
-* ``archsim trace export WORKLOAD --out FILE.et [--mode M] [--batch N] [--seq-len L] [--precision P]``
-  writes any workload (model name, trace file, ONNX file, ``gemm:``, ``conv:``) as a Chakra ET.
+  [--precision P] [--optimizer O] [--fusion F] [--recompute]`` writes an archsim trace file
+  (``kind: trace``);
+* ``archsim trace export WORKLOAD --out FILE.et [--mode M] [--batch N] [--seq-len L] [--precision P]
+  [--fusion F] [--recompute]`` writes any workload (model name, trace file, ONNX file, ``gemm:``,
+  ``conv:``) as a Chakra ET.
 
 Each prints one line saying what it wrote; bad input is one line on standard error, exit status 2,
 and nothing is written.
@@ -14,7 +16,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from archsim.cli import positive_int
+from archsim.api import trace_options
+from archsim.cli import add_trace_arguments, positive_int
 from archsim.errors import UsageError
 from archsim.spec.common import Precision
 from archsim.spec.library import Library
@@ -32,6 +35,7 @@ def _common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=positive_int, default=None, help="per-chip batch (symbolic batch dimension)")
     parser.add_argument("--seq-len", type=positive_int, default=None, help="binds the symbolic sequence dimension")
     parser.add_argument("--precision", choices=PRECISIONS, default=Precision.FP16.value, help="default fp16")
+    add_trace_arguments(parser)
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -66,12 +70,17 @@ def _write(path: str, write: Any, trace: Trace) -> None:
 def import_trace(args: argparse.Namespace) -> int:
     """Convert and write; prints one line."""
     precision = Precision(args.precision)
+    options = trace_options(args.fusion, args.recompute)
     if is_onnx(args.source):
-        trace = import_onnx(args.source, Mode(args.mode), args.batch, precision, args.seq_len, args.optimizer)
+        trace = import_onnx(
+            args.source, Mode(args.mode), args.batch, precision, args.seq_len, args.optimizer, options=options
+        )
     elif is_chakra(args.source):
-        if args.mode != "infer" or args.batch or args.seq_len:
+        if args.mode != "infer" or args.batch or args.seq_len or not options.is_default:
             raise UsageError(
-                args.source, "--mode", "a Chakra ET is replayed as recorded: no --mode, --batch, --seq-len"
+                args.source,
+                "--mode",
+                "a Chakra ET is replayed as recorded: no --mode, --batch, --seq-len, --fusion, --recompute",
             )
         chakra = read_chakra(args.source, precision)
         if chakra.comms:
@@ -92,7 +101,13 @@ def import_trace(args: argparse.Namespace) -> int:
 def export_trace(args: argparse.Namespace) -> int:
     """Build the workload's trace and write it as a Chakra ET; prints one line."""
     trace = build_trace(
-        args.workload, Library(args.lib), Mode(args.mode), args.batch, Precision(args.precision), args.seq_len
+        args.workload,
+        Library(args.lib),
+        Mode(args.mode),
+        args.batch,
+        Precision(args.precision),
+        args.seq_len,
+        trace_options(args.fusion, args.recompute),
     )
     _write(args.out, write_chakra, trace)
     print(f"wrote {trace.name} ({trace.mode.value}, batch {trace.batch}, {len(trace.ops)} nodes) to {args.out}")

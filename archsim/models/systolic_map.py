@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 from archsim.models.base import ceil_div
 from archsim.spec.chip import Dataflow
-from archsim.workloads.trace import Op, Phase
+from archsim.workloads.trace import Op
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +103,7 @@ def forward_window(op: Op) -> ConvWindow | None:
     None for any other op (backward passes, matrix products): their ``A`` operand has no windows.
     """
     g, c = op.gemm, op.conv
-    if g is None or c is None or op.phase is not Phase.FORWARD:
+    if g is None or c is None or not op.phase.computes_forward:
         return None
     if (g.m, g.n, g.k) != (c.n * c.p * c.q, c.k, c.c * c.r * c.s):
         return None

@@ -64,6 +64,18 @@ Fraction = Annotated[StrictFloat, AfterValidator(_fraction)]
 Name = Annotated[str, Field(min_length=1, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
 
 
+class Fusion(enum.StrEnum):
+    """Which ops a framework fuses into one kernel (:mod:`archsim.workloads.fusion` does it).
+
+    ``none``: every op of the graph is a kernel. ``norm-act``: the element-wise ops that consume a
+    normalization's output are its epilogue (cuDNN's batch-norm + ReLU and batch-norm + add + ReLU
+    kernels, which MXNet's ``--fuse-bn-relu`` and ``--fuse-bn-add-relu`` select).
+    """
+
+    NONE = "none"
+    NORM_ACT = "norm-act"
+
+
 class Precision(enum.StrEnum):
     """Numeric formats of the operands of a run; accumulation is in fp32 (int32 for int8)."""
 

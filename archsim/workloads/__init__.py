@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from archsim.errors import SpecError, UsageError
-from archsim.spec.common import Precision
+from archsim.spec.common import Fusion, Precision
 from archsim.spec.library import Entry, Library
 from archsim.spec.model import Architecture, ModelSpec
 from archsim.workloads.bert import bert_graph
@@ -32,11 +32,12 @@ from archsim.workloads.conv import conv_graph, is_conv
 from archsim.workloads.gemm import gemm_graph, is_gemm
 from archsim.workloads.memory import finish_trace
 from archsim.workloads.onnx_import import is_onnx
+from archsim.workloads.options import TraceOptions
 from archsim.workloads.resnet import resnet_graph
 from archsim.workloads.trace import Mode, Trace
 from archsim.workloads.traceio import read_description, read_trace, trace_from_data, write_trace
 
-__all__ = ["build_trace", "from_torch", "read_trace", "write_trace"]
+__all__ = ["Fusion", "TraceOptions", "build_trace", "from_torch", "read_trace", "write_trace"]
 
 
 def from_torch(*args: Any, **kwargs: Any) -> Trace:
@@ -52,7 +53,13 @@ def _positive(value: int | None, field: str, source: str) -> None:
 
 
 def _model_trace(
-    spec: ModelSpec, source: str, mode: Mode, batch: int | None, precision: Precision, seq_len: int | None
+    spec: ModelSpec,
+    source: str,
+    mode: Mode,
+    batch: int | None,
+    precision: Precision,
+    seq_len: int | None,
+    options: TraceOptions,
 ) -> Trace:
     """The trace of a built-in (or user) model description."""
     if batch is None:
@@ -70,7 +77,7 @@ def _model_trace(
             raise UsageError(source, "--seq-len", f"{spec.name} is not a sequence model; leave the sequence length out")
         graph = resnet_graph(spec, mode, batch, precision)
     graph = replace(graph, meta=meta)
-    return finish_trace(graph, mode, batch, seq_len, spec.optimizer)
+    return finish_trace(graph, mode, batch, seq_len, spec.optimizer, options)
 
 
 def _file_trace(
@@ -95,6 +102,7 @@ def build_trace(
     batch: int | None,
     precision: Precision,
     seq_len: int | None,
+    options: TraceOptions | None = None,
 ) -> Trace:
     """The trace of one step of ``workload`` on one chip.
 
@@ -104,7 +112,9 @@ def build_trace(
     an error: a batched GEMM puts it in the shape). ``seq_len`` is for sequence models only; None
     means the model's ``default_seq_len``, and more than ``max_position`` is an error. A trace file
     is returned as stored: its mode and precision must equal those asked, and its batch and
-    sequence length must equal ``batch`` and ``seq_len`` unless those are None.
+    sequence length must equal ``batch`` and ``seq_len`` unless those are None. ``options`` (fusion,
+    recomputation; :class:`~archsim.workloads.options.TraceOptions`) apply to every workload that is
+    built here, not to a trace file, which is already built.
     Raises UsageError, SpecError or LookupFailed (all :class:`~archsim.errors.ArchsimError`).
     """
     for field, enum in (("--mode", Mode), ("--precision", Precision)):
@@ -113,6 +123,9 @@ def build_trace(
             choices = ", ".join(e.value for e in enum)
             raise UsageError(workload, field, f"must be one of {choices}, got {value!r}")
     mode, precision = Mode(mode), Precision(precision)
+    options = options or TraceOptions()
+    if options.recompute and mode is not Mode.TRAIN:
+        raise UsageError(workload, "--recompute", "recomputes activations for the backward pass: training only")
     _positive(batch, "--batch", workload)
     _positive(seq_len, "--seq-len", workload)
     if is_gemm(workload):
@@ -122,18 +135,19 @@ def build_trace(
             )
         if seq_len is not None:
             raise UsageError(workload, "--seq-len", "an inline gemm has no sequence length")
-        return finish_trace(gemm_graph(workload, precision), mode, 1, None, None)
+        return finish_trace(gemm_graph(workload, precision), mode, 1, None, None, options)
     if is_conv(workload):
         if seq_len is not None:
             raise UsageError(workload, "--seq-len", "an inline convolution has no sequence length")
         if batch not in (None, 1):
             raise UsageError(workload, "--batch", "the batch of an inline convolution is its first dimension, N")
-        return finish_trace(conv_graph(workload, precision), mode, 1, None, None)
+        return finish_trace(conv_graph(workload, precision), mode, 1, None, None, options)
     if is_onnx(workload):
         from archsim.workloads.onnx_import import onnx_trace
 
-        return onnx_trace(workload, mode, batch, precision, seq_len)
+        return onnx_trace(workload, mode, batch, precision, seq_len, options=options)
     if is_chakra(workload):
+        _built_already(workload, options)
         chakra = read_chakra(workload, precision)
         if chakra.comms:
             raise UsageError(
@@ -150,8 +164,16 @@ def build_trace(
     else:
         entry = library.find(["model", "trace"], workload)
     if entry.kind == "trace":
+        _built_already(str(entry.path), options)
         return _file_trace(
             trace_from_data(entry.data, str(entry.path)), str(entry.path), mode, batch, precision, seq_len
         )
     spec: ModelSpec = library.spec(entry)
-    return _model_trace(spec, workload, mode, batch, precision, seq_len)
+    return _model_trace(spec, workload, mode, batch, precision, seq_len, options)
+
+
+def _built_already(source: str, options: TraceOptions) -> None:
+    """A trace file keeps the fusion and recomputation it was built with."""
+    if not options.is_default:
+        flag = "--recompute" if options.recompute else "--fusion"
+        raise UsageError(source, flag, "a trace file is already built; fuse or recompute when building it")

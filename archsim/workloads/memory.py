@@ -9,7 +9,9 @@
   narrower than fp32 and there is an optimizer), the optimizer state, the saved activations (every
   forward tensor a backward op reads, counted once at its full size; an in-place ReLU's input is
   therefore no extra copy, since only its output is saved) and a transient term: the largest set
-  of unsaved activations and activation gradients that any single op reads and writes.
+  of unsaved activations and activation gradients that any single op reads and writes. With
+  recomputation the saved activations are the checkpoints, plus the largest set of tensors one
+  segment rebuilds for its backward pass.
 
 Not counted: framework workspace, allocator fragmentation, communication buffers.
 """
@@ -18,10 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from archsim.spec.common import Fusion
 from archsim.spec.model import Optimizer
+from archsim.workloads.fusion import fuse
 from archsim.workloads.graph import ForwardGraph
+from archsim.workloads.options import TraceOptions
 from archsim.workloads.trace import Mode, Op, Role, Trace
-from archsim.workloads.training import MASTER_BYTES, OPTIMIZER_COST, training_ops
+from archsim.workloads.training import MASTER_BYTES, OPTIMIZER_COST, TrainingStep, training_ops
 
 
 def persistent_bytes(graph: ForwardGraph) -> int:
@@ -73,7 +78,7 @@ def _transient_bytes(ops: Iterable[Op], saved: frozenset[str]) -> int:
     return peak
 
 
-def training_memory(graph: ForwardGraph, ops: Sequence[Op], saved: frozenset[str], optimizer: Optimizer | None) -> int:
+def training_memory(graph: ForwardGraph, step: TrainingStep, optimizer: Optimizer | None) -> int:
     """Weights, buffers, gradients, master weights, optimizer state, saved and transient activations."""
     count, elem = graph.parameters, graph.precision.bytes
     total = persistent_bytes(graph) + count * elem
@@ -81,28 +86,41 @@ def training_memory(graph: ForwardGraph, ops: Sequence[Op], saved: frozenset[str
         state, _ = OPTIMIZER_COST[optimizer]
         total += count * state + (count * MASTER_BYTES if elem < MASTER_BYTES else 0)
     sizes: dict[str, int] = {}
-    for op in ops:
+    for op in step.ops:
         for t in (*op.reads, *op.writes):
-            if t.name in saved:
+            if t.name in step.saved:
                 sizes[t.name] = max(sizes.get(t.name, 0), t.bytes)
-    return total + sum(sizes.values()) + _transient_bytes(ops, saved)
+    return total + sum(sizes.values()) + step.recomputed_bytes + _transient_bytes(step.ops, step.saved)
 
 
 def finish_trace(
-    graph: ForwardGraph, mode: Mode, batch: int, seq_len: int | None, optimizer: Optimizer | None
+    graph: ForwardGraph,
+    mode: Mode,
+    batch: int,
+    seq_len: int | None,
+    optimizer: Optimizer | None,
+    options: TraceOptions | None = None,
 ) -> Trace:
     """Turn a forward graph into the trace of ``mode``, with its memory estimate.
 
-    Training derives the loss, backward and update ops (:func:`~archsim.workloads.training.training_ops`);
-    inference keeps the forward ops. Every builder (built-in models, inline GEMMs and convolutions,
-    imported ONNX and PyTorch graphs) ends here, so their traces are derived the same way.
+    ``options`` first fuses the forward graph (:func:`~archsim.workloads.fusion.fuse`); training then
+    derives the loss, backward and update ops (:func:`~archsim.workloads.training.training_ops`,
+    recomputing forward ops if asked); inference keeps the forward ops. Every builder (built-in
+    models, inline GEMMs and convolutions, imported ONNX and PyTorch graphs) ends here, so their
+    traces are derived the same way.
     """
+    options = options or TraceOptions()
+    graph = fuse(graph, options.fusion)
     meta = dict(graph.meta)
+    if options.fusion is not Fusion.NONE:
+        meta["fusion"] = options.fusion.value
     if mode is Mode.TRAIN:
-        ops, saved = training_ops(graph, optimizer)
-        memory = training_memory(graph, ops, saved, optimizer)
+        step = training_ops(graph, optimizer, options.recompute)
+        ops, memory = step.ops, training_memory(graph, step, optimizer)
         if optimizer is not None:
             meta["optimizer"] = optimizer.value
+        if options.recompute:
+            meta["recompute"] = "true"
     else:
         ops, memory = graph.ops, inference_memory(graph)
     return Trace(graph.name, mode, batch, graph.precision, ops, graph.parameters, memory, seq_len, meta)

@@ -1,17 +1,19 @@
 """Split a training (or inference) trace into pipeline stages; pure, no SimPy.
 
 A stage is a contiguous run of forward ops (in trace order, which is topological) together with the
-backward ops derived from them (a backward op ``X.bwd...`` belongs to the stage of forward op ``X``)
-and its share of the optimizer update. Cuts are placed to balance the stages' time:
-:func:`split_stages` is given each op's time on one chip and minimises the largest stage (the
-pipeline's bottleneck) over contiguous splits, by bisection on the bottleneck and a greedy fill.
+backward ops derived from them (a backward op ``X.bwd...``, and a recomputed ``X.recompute``, belongs
+to the stage of forward op ``X``, in its backward block) and its share of the optimizer update. Cuts
+are placed to balance the stages' time: :func:`split_stages` is given each op's time on one chip and
+minimises the largest stage (the pipeline's bottleneck) over contiguous splits, by bisection on the
+bottleneck and a greedy fill.
 
 Per microbatch a stage sends the next one the activations that cross the cut (every tensor a later
 stage's forward ops read that this or an earlier stage wrote) and receives their gradients back, of
 the same size. Memory per chip: the stage's share of weights, gradients, master weights and
 optimizer state (the trace's per-parameter bytes times its share of the parameters), plus the
 activations it saves for backward times the microbatches in flight (GPipe: all ``M``; 1F1B: ``P - s``
-at stage ``s``), plus the trace's transient bytes.
+at stage ``s``), plus the trace's transient bytes. Tensors a recomputing trace rebuilds are not saved:
+they live only during one microbatch's backward, with the transient bytes.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from archsim.workloads.trace import Op, Phase, Role, TensorAccess, Trace
+from archsim.workloads.training import RECOMPUTE
 
 BACKWARD_MARK = ".bwd"
 
@@ -32,7 +35,7 @@ class Stage:
     forward: tuple[int, ...]
     """Forward (and loss) ops, trace order."""
     backward: tuple[int, ...]
-    """Backward ops, trace order."""
+    """Backward ops (recomputed forward ops included), trace order."""
     update: Op | None
     """The optimizer update of this stage's parameters (the trace's update scaled to its share)."""
     parameter_fraction: float
@@ -44,8 +47,8 @@ class Stage:
 
 
 def _owner(name: str) -> str:
-    """The forward op a backward op was derived from (``layer1.conv.bwd_data`` -> ``layer1.conv``)."""
-    return name.split(BACKWARD_MARK, 1)[0]
+    """The forward op a backward or recomputed op was derived from (``layer1.conv.bwd_data`` -> ``layer1.conv``)."""
+    return name.removesuffix(RECOMPUTE).split(BACKWARD_MARK, 1)[0]
 
 
 def _cuts(weights: Sequence[float], parts: int) -> list[int]:
@@ -91,7 +94,7 @@ def split_stages(trace: Trace, stages: int, op_seconds: Sequence[float]) -> list
     weight = [op_seconds[i] for i in forward]
     owner_of: dict[int, int] = {}
     for i, op in enumerate(trace.ops):
-        if op.phase in (Phase.BACKWARD_DATA, Phase.BACKWARD_WEIGHT):
+        if op.phase.is_backward:
             k = position.get(_owner(op.name))
             if k is None:  # not named after a forward op: goes with its latest dependency
                 k = max((owner_of.get(d, position.get(trace.ops[d].name, 0)) for d in op.deps), default=0)
@@ -110,11 +113,7 @@ def split_stages(trace: Trace, stages: int, op_seconds: Sequence[float]) -> list
 def _stage(trace: Trace, s: int, stages: int, stage_of_op: dict[int, int]) -> Stage:
     ops = trace.ops
     fwd = tuple(i for i, op in enumerate(ops) if op.phase is Phase.FORWARD and stage_of_op[i] == s)
-    bwd = tuple(
-        i
-        for i, op in enumerate(ops)
-        if op.phase in (Phase.BACKWARD_DATA, Phase.BACKWARD_WEIGHT) and stage_of_op[i] == s
-    )
+    bwd = tuple(i for i, op in enumerate(ops) if op.phase.is_backward and stage_of_op[i] == s)
     grads: dict[str, int] = {}
     all_grads: dict[str, int] = {}
     for i, op in enumerate(ops):
@@ -140,7 +139,7 @@ def _stage(trace: Trace, s: int, stages: int, stage_of_op: dict[int, int]) -> St
             for t in op.reads:
                 if t.name in written_before:
                     crossing[t.name] = t.bytes
-    read_by_backward = {t.name for i in bwd for t in ops[i].reads}
+    read_by_backward = {t.name for i in bwd for t in ops[i].reads} - _rebuilt(trace)
     saved = sum(b for name, b in written_here.items() if name in read_by_backward)
     send = sum(crossing.values()) if s < stages - 1 else 0
     return Stage(s, fwd, bwd, update, fraction, send, saved)
@@ -179,11 +178,14 @@ def stage_memory_bytes(trace: Trace, stage: Stage, inflight: int, transient_byte
     return round(parameter_bytes * stage.parameter_fraction) + stage.saved_bytes * inflight + transient_bytes
 
 
+def _rebuilt(trace: Trace) -> set[str]:
+    """Tensors recomputed for the backward pass (not saved from the forward pass)."""
+    return {t.name for op in trace.ops if op.phase is Phase.RECOMPUTE for t in op.writes}
+
+
 def _activation_bytes(trace: Trace) -> int:
     """Saved activations of the whole trace for one microbatch (its memory minus parameter state)."""
-    read_by_backward = {
-        t.name for op in trace.ops if op.phase in (Phase.BACKWARD_DATA, Phase.BACKWARD_WEIGHT) for t in op.reads
-    }
+    read_by_backward = {t.name for op in trace.ops if op.phase.is_backward for t in op.reads} - _rebuilt(trace)
     sizes = {
         t.name: t.bytes
         for op in trace.ops

@@ -22,6 +22,7 @@ from archsim.spec.common import Precision
 from archsim.spec.model import Optimizer
 from archsim.workloads.graph import ELEMENT_FLOPS, INT_BYTES, STAT_BYTES, BackwardRule, GraphBuilder
 from archsim.workloads.memory import finish_trace
+from archsim.workloads.options import TraceOptions
 from archsim.workloads.trace import ConvShape, Gemm, Mode, OpKind, Role, TensorAccess, Trace
 
 FREE = frozenset(
@@ -107,9 +108,15 @@ def _node(t: _Torch, node: Any, op: str, unsupported: list[str]) -> None:
     elif op in ("_native_batch_norm_legit_no_training", "_native_batch_norm_legit_functional", "batch_norm"):
         elements, c = _numel(args[0]), _shape(args[0])[1]
         running = TensorAccess(f"{name}.running_stats", 2 * c * STAT_BYTES, Role.STATE)
-        flops = ELEMENT_FLOPS["norm" if t.train else "norm_infer"][0] * elements
-        rule = BackwardRule((ins[0].name, ins[1].name), ELEMENT_FLOPS["norm"][1] * elements)
-        g.add(name, OpKind.BATCHNORM, flops, (*ins[:3], running), (t.out(node),), rule=rule)
+        if t.train:  # batch statistics, saved for backward; the running statistics are updated
+            stats = TensorAccess(f"{name}.saved_stats", 2 * c * STAT_BYTES)
+            rule = BackwardRule((ins[0].name, ins[1].name, stats.name), ELEMENT_FLOPS["norm"][1] * elements)
+            flops = ELEMENT_FLOPS["norm"][0] * elements
+            g.add(name, OpKind.BATCHNORM, flops, (*ins[:3], running), (t.out(node), stats, running), rule=rule)
+        else:
+            g.add(
+                name, OpKind.BATCHNORM, ELEMENT_FLOPS["norm_infer"][0] * elements, (*ins[:3], running), (t.out(node),)
+            )
     elif op in ("layer_norm", "native_layer_norm"):
         elements = _numel(args[0])
         rule = BackwardRule(tuple(x.name for x in ins[:2]), ELEMENT_FLOPS["norm"][1] * elements)
@@ -164,8 +171,12 @@ def from_torch(
     precision: Precision | str = Precision.FP16,
     optimizer: Optimizer | str | None = Optimizer.ADAM,
     name: str | None = None,
+    options: TraceOptions | None = None,
 ) -> Trace:
-    """The trace of ``module`` run on ``example_inputs`` (batch: the first input's first dimension)."""
+    """The trace of ``module`` run on ``example_inputs`` (batch: the first input's first dimension).
+
+    ``options`` fuse ops or recompute activations as for the built-in models.
+    """
     try:
         import torch
     except ImportError:
@@ -207,4 +218,4 @@ def from_torch(
     else:
         forward = t.g.graph(meta={"source": "torch"})
     run_optimizer = Optimizer(optimizer) if optimizer is not None else None
-    return finish_trace(forward, run_mode, batch, None, run_optimizer)
+    return finish_trace(forward, run_mode, batch, None, run_optimizer, options)

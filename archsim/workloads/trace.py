@@ -49,12 +49,27 @@ class OpKind(enum.StrEnum):
 
 
 class Phase(enum.StrEnum):
-    """Which pass of a training step an op belongs to."""
+    """Which pass of a training step an op belongs to.
+
+    ``recompute`` is a forward op run again during the backward pass, because its output was not
+    kept from the forward pass (activation checkpointing); it computes what its forward op does.
+    """
 
     FORWARD = "fwd"
     BACKWARD_DATA = "bwd_data"
     BACKWARD_WEIGHT = "bwd_weight"
     UPDATE = "update"
+    RECOMPUTE = "recompute"
+
+    @property
+    def computes_forward(self) -> bool:
+        """True for the phases whose ops compute a forward op (and are priced as one)."""
+        return self in (Phase.FORWARD, Phase.RECOMPUTE)
+
+    @property
+    def is_backward(self) -> bool:
+        """True for the ops of the backward pass: gradients, and forward ops recomputed for them."""
+        return self in (Phase.BACKWARD_DATA, Phase.BACKWARD_WEIGHT, Phase.RECOMPUTE)
 
 
 class Mode(enum.StrEnum):

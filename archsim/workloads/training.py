@@ -27,7 +27,16 @@ imported graph works as well as a built-in one):
    writer adds one FLOP per element, a matrix op accumulates in its epilogue. Matrix backward ops
    have ``flops = 2 * gemm.macs`` exactly: bias gradients (column sums of dC) are epilogue work too,
    as the bias add is in the forward.
-3. One ``optimizer`` op (phase ``update``) over all parameters, depending on every op that writes a
+3. With ``recompute`` (activation checkpointing, Chen et al. 2016, arXiv 1604.06174), the forward ops
+   are cut into ``ceil(sqrt(n))`` contiguous segments of about equal op count. Only the checkpoints
+   are kept from the forward pass: tensors a later segment (or the loss) reads, network inputs,
+   everything the last segment saves (its backward runs first, while it is still live) and the side
+   outputs of ops (norm statistics, dropout masks: small, and what frameworks keep). The other
+   saved tensors of a segment are rebuilt by running again, just before the first backward op that
+   needs one, the forward ops that lead to them from the checkpoints (phase ``recompute``, named
+   ``NAME.recompute``, each writing only its main output); the backward ops then depend on those
+   copies. The rebuilt tensors of one segment are live only during that segment's backward.
+4. One ``optimizer`` op (phase ``update``) over all parameters, depending on every op that writes a
    parameter gradient. Per parameter it reads the gradient (run precision), the fp32 master weight
    (the weight itself when the run is fp32) and the optimizer state, and writes the master weight,
    the state and, in mixed precision, the low-precision weight copy. State and FLOPs per parameter
@@ -41,7 +50,9 @@ ops whose saved outputs it reads.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 
 from archsim.spec.model import Optimizer
 from archsim.workloads.graph import ForwardGraph
@@ -59,13 +70,75 @@ OPTIMIZER_COST: Mapping[Optimizer, tuple[int, int]] = {
 
 GRAD = ".grad"
 """Suffix of a gradient tensor's name."""
+RECOMPUTE = ".recompute"
+"""Suffix of the name of a forward op run again in the backward pass."""
+
+
+@dataclass(frozen=True)
+class TrainingStep:
+    """The ops of a training step and what it keeps in memory from the forward pass."""
+
+    ops: tuple[Op, ...]
+    saved: frozenset[str]
+    """Forward tensors (network inputs included, weights excluded) kept from the forward pass for
+    backward ops to read."""
+    recomputed_bytes: int = 0
+    """Largest total of the tensors one segment rebuilds (live during its backward); 0 without
+    recomputation."""
+
+
+class _Segments:
+    """Which forward tensors a recomputing step keeps, and which ops rebuild the others."""
+
+    def __init__(self, fwd: list[Op], count: int, producer: Mapping[str, int], saved: Iterable[str]) -> None:
+        n = count  # the forward ops proper; the loss (index ``count``, if any) is never recomputed
+        parts = math.isqrt(n - 1) + 1 if n > 1 else 1
+        self.segment = [k * parts // n for k in range(n)]
+        last = parts - 1
+        crossing = {
+            t.name
+            for index, op in enumerate(fwd)
+            for t in op.reads
+            if t.name in producer
+            and producer[t.name] < n
+            and (index >= n or self.segment[producer[t.name]] < self.segment[index])
+        }
+        self.rebuilt: dict[int, set[str]] = {}
+        """Per segment, the saved tensors it rebuilds."""
+        main = {
+            index: next((t.name for t in op.writes if t.role is Role.ACTIVATION), None) for index, op in enumerate(fwd)
+        }
+        for name in saved:
+            index = producer.get(name)
+            if index is None or index >= n or name in crossing or self.segment[index] == last or main[index] != name:
+                continue
+            self.rebuilt.setdefault(self.segment[index], set()).add(name)
+        self.fwd = fwd
+        self.producer = producer
+        self.kept_output = {index for index, name in main.items() if name in crossing}
+        """Forward ops whose main output is a checkpoint, in memory when the segment is rebuilt."""
+
+    def ops_of(self, segment: int) -> list[int]:
+        """Forward ops of ``segment`` needed to rebuild its tensors from the checkpoints, in trace order."""
+        wanted = {self.producer[name] for name in self.rebuilt[segment]}
+        needed: set[int] = set()
+        while wanted:
+            index = wanted.pop()
+            if index in needed:
+                continue
+            needed.add(index)
+            wanted.update(d for d in self.fwd[index].deps if self.segment[d] == segment and d not in self.kept_output)
+        return sorted(needed)
 
 
 class _Backward:
     """State of one derivation: tensor sizes and producers, who wrote which gradient so far."""
 
-    def __init__(self, graph: ForwardGraph) -> None:
+    def __init__(self, graph: ForwardGraph, segments: _Segments | None = None) -> None:
         self.graph = graph
+        self.segments = segments
+        self.recomputed: dict[int, int] = {}
+        """Forward op index -> index of its recomputed copy."""
         self.fwd: list[Op] = [*graph.ops, *([graph.loss] if graph.loss is not None else [])]
         self.elem = graph.precision.bytes
         self.producer: dict[str, int] = {}
@@ -95,8 +168,33 @@ class _Backward:
             return t
         self.saved.add(t.name)
         if t.name in self.producer:
-            deps.add(self.producer[t.name])
+            index = self.producer[t.name]
+            if self.segments is not None and index < len(self.segments.segment):
+                segment = self.segments.segment[index]
+                if t.name in self.segments.rebuilt.get(segment, ()):
+                    self.recompute(segment)
+                    index = self.recomputed[index]
+            deps.add(index)
         return TensorAccess(t.name, self.size[t.name])
+
+    def recompute(self, segment: int) -> None:
+        """Run the forward ops that rebuild ``segment``'s tensors again, unless done already."""
+        assert self.segments is not None
+        indices = self.segments.ops_of(segment)
+        if indices[0] in self.recomputed:
+            return
+        after = len(self.ops) - 1  # runs once the backward ops before it have freed their memory
+        for index in indices:
+            op = self.fwd[index]
+            deps = {self.recomputed.get(d, d) for d in op.deps}
+            if after >= 0:
+                deps.add(after)
+            self.recomputed[index] = len(self.ops)
+            # it rebuilds its main output; side outputs (statistics, masks) and running statistics are kept
+            writes = tuple(t for t in op.writes if t.role is Role.ACTIVATION)[:1]
+            self.ops.append(
+                replace(op, name=op.name + RECOMPUTE, phase=Phase.RECOMPUTE, writes=writes, deps=tuple(sorted(deps)))
+            )
 
     def grad_of(self, t: TensorAccess) -> TensorAccess:
         """The gradient written for input ``t``: full-size for activations, as read for weights."""
@@ -232,14 +330,26 @@ class _Backward:
         )
 
 
-def training_ops(graph: ForwardGraph, optimizer: Optimizer | None) -> tuple[tuple[Op, ...], frozenset[str]]:
+def training_ops(graph: ForwardGraph, optimizer: Optimizer | None, recompute: bool = False) -> TrainingStep:
     """Forward, loss, backward and (when ``optimizer`` is given) update ops of one training step.
 
-    Also returns the names of the saved activations: forward tensors (network inputs included,
-    weights excluded) that some backward op reads, which must stay in memory from the forward pass.
+    ``recompute`` keeps only checkpoints from the forward pass and runs forward ops again for the
+    backward pass (see the module docstring).
     """
     derivation = _Backward(graph)
     derivation.run()
+    if recompute and graph.ops:
+        segments = _Segments(derivation.fwd, len(graph.ops), derivation.producer, derivation.saved)
+        derivation = _Backward(graph, segments)
+        derivation.run()
     if optimizer is not None:
         derivation.update(optimizer)
-    return tuple(derivation.ops), frozenset(derivation.saved)
+    ops = tuple(derivation.ops)
+    if not derivation.recomputed:
+        return TrainingStep(ops, frozenset(derivation.saved))
+    assert derivation.segments is not None
+    rebuilt = derivation.segments.rebuilt
+    dropped = set().union(*rebuilt.values())
+    sizes = {name: derivation.size[name] for name in dropped}
+    peak = max(sum(sizes[name] for name in names) for names in rebuilt.values())
+    return TrainingStep(ops, frozenset(derivation.saved - dropped), peak)

@@ -38,7 +38,8 @@ def by_name(ops: tuple[Op, ...]) -> dict[str, tuple[int, Op]]:
 
 def test_mlp_backward_ops_and_deps() -> None:
     graph = mlp()
-    ops, saved = training_ops(graph, Optimizer.ADAM)
+    step = training_ops(graph, Optimizer.ADAM)
+    ops, saved = step.ops, step.saved
     named = by_name(ops)
     expected = [
         "fc1",
@@ -80,7 +81,7 @@ def test_mlp_backward_ops_and_deps() -> None:
 
 
 def test_matmul_backward_views_follow_the_brief() -> None:
-    ops, _ = training_ops(mlp(), None)
+    ops = training_ops(mlp(), None).ops
     named = by_name(ops)
     fc2 = named["fc2"][1].gemm
     assert fc2 is not None
@@ -113,7 +114,7 @@ def test_optimizer_costs_and_fp32_has_no_master_copy() -> None:
     params = graph.parameters
     assert params == 8 * 16 + 16 + 16 * 16
     for optimizer, (state, flops) in OPTIMIZER_COST.items():
-        ops, _ = training_ops(graph, optimizer)
+        ops = training_ops(graph, optimizer).ops
         update = ops[-1]
         assert update.phase is Phase.UPDATE
         assert update.flops == flops * params
@@ -139,7 +140,8 @@ def test_graph_without_rules_uses_the_default() -> None:
     c = g.act("c", 16)
     g.add("tanh", OpKind.ELEMENTWISE, 64, (b,), (c,))  # no rule given
     graph = g.graph(grad_outputs=frozenset({"c"}))
-    ops, saved = training_ops(graph, None)
+    step = training_ops(graph, None)
+    ops, saved = step.ops, step.saved
     tanh = by_name(ops)["tanh.bwd"][1]
     assert tanh.flops == 64
     assert {t.name for t in tanh.reads} == {"c.grad", "b"}
@@ -148,7 +150,8 @@ def test_graph_without_rules_uses_the_default() -> None:
 
 def test_memory_training_counts_persistent_saved_and_transient() -> None:
     graph = mlp()
-    ops, saved = training_ops(graph, Optimizer.SGD_MOMENTUM)
+    step = training_ops(graph, Optimizer.SGD_MOMENTUM)
+    ops, saved = step.ops, step.saved
     params = graph.parameters
     saved_bytes = 4 * 8 * 2 + 2 * (4 * 16 * 2) + 16  # x, relu.out, add.out, labels
     transient = max(
@@ -160,7 +163,7 @@ def test_memory_training_counts_persistent_saved_and_transient() -> None:
         for op in ops
     )
     expected = params * (2 + 2 + 4 + 4) + saved_bytes + transient
-    assert training_memory(graph, ops, saved, Optimizer.SGD_MOMENTUM) == expected
+    assert training_memory(graph, step, Optimizer.SGD_MOMENTUM) == expected
 
 
 def test_peak_live_bytes() -> None:

@@ -77,6 +77,7 @@ from archsim.workloads.memory import finish_trace
 from archsim.workloads.onnx_import.importer import Importer
 from archsim.workloads.onnx_import.load import bind, check_structure, fold_constants, infer, load_onnx, strip_weights
 from archsim.workloads.onnx_import.ops import SUPPORTED
+from archsim.workloads.options import TraceOptions
 from archsim.workloads.trace import Mode, Trace
 
 __all__ = ["DEFAULT_OPTIMIZER", "SUFFIX", "import_onnx", "is_onnx", "load_onnx", "onnx_graph", "onnx_trace"]
@@ -144,19 +145,28 @@ def import_onnx(
     seq_len: int | None = None,
     optimizer: Optimizer | str | None = DEFAULT_OPTIMIZER,
     name: str | None = None,
+    options: TraceOptions | None = None,
 ) -> Trace:
     """The trace of one step of the ONNX model at ``path`` (see the module docstring).
 
-    ``optimizer`` is the training step's update (None: no update op). Raises
+    ``optimizer`` is the training step's update (None: no update op); ``options`` fuse ops or
+    recompute activations as for the built-in models. Raises
     :class:`~archsim.errors.ArchsimError` subclasses for bad files and arguments.
     """
     run_mode, run_precision = Mode(mode), Precision(precision)
     source = str(path)
     graph, bound_batch, bound_seq = onnx_graph(load_onnx(path), source, run_mode, batch, run_precision, seq_len, name)
     run_optimizer = Optimizer(optimizer) if optimizer is not None else None
-    return finish_trace(graph, run_mode, bound_batch, bound_seq, run_optimizer)
+    return finish_trace(graph, run_mode, bound_batch, bound_seq, run_optimizer, options)
 
 
-def onnx_trace(workload: str, mode: Mode, batch: int | None, precision: Precision, seq_len: int | None) -> Trace:
+def onnx_trace(
+    workload: str,
+    mode: Mode,
+    batch: int | None,
+    precision: Precision,
+    seq_len: int | None,
+    options: TraceOptions | None = None,
+) -> Trace:
     """The trace :func:`~archsim.workloads.build_trace` gives for an ONNX file (Adam in training)."""
-    return import_onnx(workload, mode, batch, precision, seq_len, DEFAULT_OPTIMIZER)
+    return import_onnx(workload, mode, batch, precision, seq_len, DEFAULT_OPTIMIZER, options=options)
