@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from archsim.spec.library import Library
-from archsim.spec.validation import Group
+from archsim.spec.validation import Group, Level
 from archsim.validation import ValidationReport, validate
 
 
@@ -33,16 +33,16 @@ def table_lines(report: ValidationReport) -> list[str]:
             f"{r.row.unit:<5} {100 * r.error:>+7.1f}%  {100 * r.tolerance:.0f}%{mark}"
         )
     lines.append("")
-    for group in [*Group, None]:
+    for group in [*Group, Level.SYSTEM, None]:  # the operator level is the operator group
         mape = report.mape(group)
         if mape is not None:
-            rows = [r for r in report.rows if group is None or r.row.group is group]
-            label = group.value if group is not None else "overall"
+            rows = [r for r in report.rows if group is None or group in (r.row.group, r.row.group.level)]
+            label = "overall" if group is None else f"{group.value} level" if isinstance(group, Level) else group.value
             in_scope = report.mape(group, in_scope=True)
             scope = "n/a" if in_scope is None else f"{100 * in_scope:.1f}%"
             known = sum(1 for r in rows if r.row.known_outside)
             lines.append(
-                f"MAPE {label:<12} {100 * mape:5.1f}%  ({len(rows)} rows; {scope} without the {known} known outside)"
+                f"MAPE {label:<14} {100 * mape:5.1f}%  ({len(rows)} rows; {scope} without the {known} known outside)"
             )
     return lines
 

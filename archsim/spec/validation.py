@@ -2,7 +2,9 @@
 
 Published measurements, each mapped to the archsim run that predicts it.
 
-A row names a target, a workload and its settings, which metric was measured (``throughput`` of the
+A row names a target, a workload and its settings (those of the published run: batch, precision,
+sequence length, gradient accumulation as ``microbatches`` on a system, the framework's ``fusion``
+and ``recompute``), which metric was measured (``throughput`` of the
 whole target in samples/s, or ``op_time``: the time of the op of ``phase`` in the run, in ms), the
 published value with its unit and source, and the group it belongs to (``operator``, ``single_chip``,
 ``multi_chip``). The table states the error tolerance of each group.
@@ -15,7 +17,14 @@ from typing import Literal
 
 from pydantic import StrictFloat, StrictInt, model_validator
 
-from archsim.spec.common import Count, Fraction, Name, Precision, Spec
+from archsim.spec.common import Count, Fraction, Fusion, Name, Precision, Spec
+
+
+class Level(enum.StrEnum):
+    """Operator level (one kernel) or system level (a whole step, on one chip or many)."""
+
+    OPERATOR = "operator"
+    SYSTEM = "system"
 
 
 class Group(enum.StrEnum):
@@ -24,6 +33,11 @@ class Group(enum.StrEnum):
     OPERATOR = "operator"
     SINGLE_CHIP = "single_chip"
     MULTI_CHIP = "multi_chip"
+
+    @property
+    def level(self) -> Level:
+        """Single- and multi-chip steps are both system level."""
+        return Level.OPERATOR if self is Group.OPERATOR else Level.SYSTEM
 
 
 class Metric(enum.StrEnum):
@@ -47,6 +61,12 @@ class Row(Spec):
     batch: Count | None = None
     seq_len: Count | None = None
     precision: Precision
+    microbatches: Count | None = None
+    """On a system: microbatches per step and replica (gradient accumulation), as ``--microbatches``."""
+    fusion: Fusion = Fusion.NONE
+    """Ops the published run's framework fused, as ``--fusion``."""
+    recompute: bool = False
+    """Whether the published run recomputed activations, as ``--recompute``."""
     metric: Metric
     phase: Literal["fwd", "bwd_data", "bwd_weight", "update"] | None = None
     """For ``op_time``: the phase of the op whose time was measured (a run has one op per phase)."""
@@ -67,6 +87,8 @@ class Row(Spec):
             raise ValueError("phase is required with metric op_time and only there")
         if self.published <= 0:
             raise ValueError(f"published must be positive, got {self.published}")
+        if self.recompute and self.mode != "train":
+            raise ValueError("recompute applies to training rows only")
         return self
 
     @property

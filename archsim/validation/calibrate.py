@@ -2,8 +2,9 @@
 
 The parameters (documented on :class:`archsim.spec.chip.Efficiency`) are shared by every chip of the
 family and every workload: one set of values per family, nothing per row. The objective is the
-mean, over the groups present (operator, single chip, multi-chip), of each group's mean absolute
-percentage error, so that thirty kernel timings do not drown out six system throughputs. Fractions
+mean, over the levels present (operator; system: single- and multi-chip steps together), of each
+level's mean absolute percentage error, so that fifty kernel timings do not drown out eight system
+throughputs, nor one multi-chip row weigh as much as all the kernels. Fractions
 are searched in logit space and times in log space with Nelder-Mead (scipy), from the values in the
 family file.
 
@@ -26,7 +27,7 @@ from archsim.spec.chip import Efficiency, Family
 from archsim.spec.common import Duration
 from archsim.spec.family import REQUIRED
 from archsim.spec.library import Library
-from archsim.spec.validation import Group, ValidationSpec
+from archsim.spec.validation import Group, Level, ValidationSpec
 from archsim.validation.run import Prepared, ValidationReport, prepare, report_for
 
 TIME_FIELDS = frozenset(
@@ -83,8 +84,8 @@ def _round(efficiency: Efficiency, names: Sequence[str]) -> Efficiency:
 
 
 def objective(report: ValidationReport) -> float:
-    """Mean over the groups present of each group's MAPE."""
-    values = [m for g in Group if (m := report.mape(g)) is not None]
+    """Mean over the levels present (operator, system) of each level's MAPE."""
+    values = [m for level in Level if (m := report.mape(level)) is not None]
     return sum(values) / len(values)
 
 

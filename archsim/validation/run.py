@@ -18,9 +18,10 @@ from archsim.spec.chip import Efficiency, Family
 from archsim.spec.common import Precision
 from archsim.spec.library import Library
 from archsim.spec.system import SystemSpec
-from archsim.spec.validation import Group, Metric, Row, ValidationSpec
+from archsim.spec.validation import Group, Level, Metric, Row, ValidationSpec
 from archsim.systems import ParallelOptions, replay_system, system_trace
 from archsim.workloads import build_trace
+from archsim.workloads.options import TraceOptions
 from archsim.workloads.trace import Mode, Trace
 
 
@@ -34,6 +35,8 @@ class Prepared:
     system: SystemSpec | None = None
     """The multi-chip system the row runs on (its default parallel options), or None for one chip."""
     source: str = ""
+    microbatches: int | None = None
+    """Microbatches per step of a system row (None: data parallel, one batch per step)."""
 
     @property
     def family(self) -> Family:
@@ -68,8 +71,8 @@ class ValidationReport:
     name: str
     rows: tuple[RowResult, ...]
 
-    def mape(self, group: Group | None = None, in_scope: bool = False) -> float | None:
-        """Mean absolute percentage error (as a fraction) of a group, or of all rows; None if empty.
+    def mape(self, group: Group | Level | None = None, in_scope: bool = False) -> float | None:
+        """Mean absolute percentage error (as a fraction) of a group, a level, or all rows; None if empty.
 
         ``in_scope`` leaves out the rows marked ``known_outside`` (what the model does not cover);
         the headline figures count every row.
@@ -77,7 +80,8 @@ class ValidationReport:
         errors = [
             abs(r.error)
             for r in self.rows
-            if (group is None or r.row.group is group) and not (in_scope and r.row.known_outside)
+            if (group is None or r.row.group is group or r.row.group.level is group)
+            and not (in_scope and r.row.known_outside)
         ]
         return sum(errors) / len(errors) if errors else None
 
@@ -95,6 +99,9 @@ class ValidationReport:
                     "batch": r.row.batch,
                     "seq_len": r.row.seq_len,
                     "precision": r.row.precision.value,
+                    "microbatches": r.row.microbatches,
+                    "fusion": r.row.fusion.value,
+                    "recompute": r.row.recompute,
                     "metric": r.row.metric.value,
                     "phase": r.row.phase,
                     "unit": r.row.unit,
@@ -109,6 +116,7 @@ class ValidationReport:
                 for r in self.rows
             ],
             "mape": {g.value: self.mape(g) for g in Group} | {"overall": self.mape()},
+            "mape_level": {level.value: self.mape(level) for level in Level},
             "mape_in_scope": {g.value: self.mape(g, in_scope=True) for g in Group}
             | {"overall": self.mape(in_scope=True)},
         }
@@ -117,17 +125,21 @@ class ValidationReport:
 def prepare(row: Row, library: Library) -> Prepared:
     """Resolve a row's target and build its trace (done once per row)."""
     mode, precision = Mode(row.mode), Precision(row.precision)
+    options = TraceOptions(row.fusion, row.recompute)
     entry = library.find(["chip", "system"], row.target)
     if entry.kind == "system":
         system = library.system(row.target)
         source = str(entry.path)
-        trace, _ = system_trace(
-            system, source, row.workload, mode, row.batch, precision, row.seq_len, library, ParallelOptions()
+        parallel = ParallelOptions(microbatches=row.microbatches, trace=options)
+        trace, microbatches = system_trace(
+            system, source, row.workload, mode, row.batch, precision, row.seq_len, library, parallel
         )
         target = Target(name=system.name, chip=library.chip(system.chip))
-        return Prepared(row, target, trace, system, source)
+        return Prepared(row, target, trace, system, source, microbatches)
+    if row.microbatches is not None:
+        raise SpecError(row.id, "microbatches", "needs a multi-chip system as the target")
     target = resolve_target(row.target, library)
-    trace = build_trace(row.workload, library, mode, row.batch, precision, row.seq_len)
+    trace = build_trace(row.workload, library, mode, row.batch, precision, row.seq_len, options)
     return Prepared(row, target, trace)
 
 
@@ -145,8 +157,9 @@ def predict(prepared: Prepared, library: Library, efficiencies: Mapping[Family, 
     """Predict one prepared row, optionally with replacement family efficiency parameters."""
     efficiency = None if efficiencies is None else efficiencies.get(prepared.family)
     if prepared.system is not None:
+        options = ParallelOptions(microbatches=prepared.microbatches)
         run = replay_system(
-            prepared.system, prepared.source, prepared.trace, None, library, ParallelOptions(), False, efficiency
+            prepared.system, prepared.source, prepared.trace, prepared.microbatches, library, options, False, efficiency
         )
         return measure(prepared.row, run.result)
     result = run_trace(prepared.target, prepared.trace, library, efficiency)
