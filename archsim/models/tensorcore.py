@@ -15,7 +15,12 @@ panels through L2), and the tile shape is chosen on both compute and memory time
 memory overlap (the kernel double-buffers), and each kernel pays a launch overhead.
 
 Element-wise, normalization, softmax, pooling, embedding and optimizer kernels run on the CUDA
-cores and are nearly always bound by main-memory bandwidth.
+cores and are nearly always bound by main-memory bandwidth. A batch-norm that works on batch
+statistics (training: its forward pass updates the running statistics, and its backward pass
+reduces over the batch for the scale and shift gradients) cannot normalize before a reduction over
+the whole batch has finished, so it reads its activation inputs twice (cuDNN's two-pass kernels);
+a persistent kernel keeps what fits the SMs' register files and shared memory and the L2 on chip,
+so only the rest is read again (:func:`statistics_reread_bytes`).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from archsim.models.base import ChipRates, OpCost, Unit, ceil_div, chip_rates, f
 from archsim.models.memory import matrix_dram_bytes
 from archsim.spec.chip import ChipSpec, Efficiency, TensorCoreSection
 from archsim.spec.common import Precision
-from archsim.workloads.trace import Op, Phase
+from archsim.workloads.trace import Op, OpKind, Phase, Role
 
 TILE_K = 32
 """Depth of one main-loop step of a tile (elements of K staged in shared memory at once)."""
@@ -63,6 +68,25 @@ class TileChoice:
     memory_s: float
 
 
+def statistics_reread_bytes(op: Op, onchip_bytes: int) -> int:
+    """Bytes a batch-statistics batch-norm reads a second time (0 for any other op).
+
+    The forward pass reads its input ``x`` once for the statistics and once to normalize; the
+    backward pass reads its activation inputs (``dy``, ``x`` and, fused, the ReLU output) once for the
+    scale and shift gradients and once for ``dx``. Whatever fits ``onchip_bytes`` stays on chip.
+    """
+    if op.kind is not OpKind.BATCHNORM:
+        return 0
+    activations = [t.bytes for t in op.reads if t.role is Role.ACTIVATION]
+    if op.phase.is_backward and op.phase is not Phase.RECOMPUTE:
+        reduced = sum(activations)
+    elif op.phase is Phase.FORWARD and any(t.role is Role.STATE for t in op.writes):
+        reduced = activations[0] if activations else 0
+    else:  # inference (running statistics), or recomputed with the statistics saved from forward
+        return 0
+    return max(0, reduced - onchip_bytes)
+
+
 class TensorCoreModel:
     """Tiled-kernel model of one tensor-core GPU at one precision."""
 
@@ -79,6 +103,9 @@ class TensorCoreModel:
         vector_flops = 2.0 * fp32_fma * vector_scale * self.tc.sm_count * chip.clock
         self.rates: ChipRates = chip_rates(chip, efficiency, precision, vector_flops)
         self._tile_memo: dict[object, TileChoice] = {}
+        self.onchip_bytes = self.tc.sm_count * (self.tc.register_file_per_sm + self.tc.shared_memory_per_sm) + (
+            self.tc.l2_cache
+        )
         per_tc = self.tc.tensor_fma_per_clock.get(precision)
         if per_tc is not None:
             self.sm_macs_per_clock = per_tc * self.tc.tensor_cores_per_sm
@@ -98,15 +125,17 @@ class TensorCoreModel:
                 self.rates, op, choice.compute_s, choice.memory_s, eff.op_overhead, choice.dram_bytes, Unit.MATRIX
             )
         compute_s = op.flops / (self.rates.vector_flops_per_s * eff.vector)
-        return finish(self.rates, op, compute_s, op.bytes / dram_bw, eff.op_overhead, op.bytes, Unit.VECTOR)
+        dram = op.bytes + statistics_reread_bytes(op, self.onchip_bytes)
+        return finish(self.rates, op, compute_s, dram / dram_bw, eff.op_overhead, dram, Unit.VECTOR)
 
     def best_tile(self, op: Op, dram_bytes_per_s: float) -> TileChoice:
         """The feasible tile shape that finishes first (ties: the earlier shape).
 
-        The choice depends only on the product's shape and its tensors' sizes, so it is memoized:
+        The choice depends only on the product's shape, its tensors' sizes, and (through split-K and
+        the data-gradient efficiency) whether it is a convolution of which pass, so it is memoized:
         networks repeat the same layer shapes many times.
         """
-        key = (op.gemm, tuple(t.bytes for t in op.reads), op.bytes_written)
+        key = (op.gemm, tuple(t.bytes for t in op.reads), op.bytes_written, op.conv is not None, op.phase)
         found = self._tile_memo.get(key)
         if found is None:
             found = self._best_tile(op, dram_bytes_per_s)
@@ -126,6 +155,13 @@ class TensorCoreModel:
                     best = choice
         assert best is not None, "the smallest tile always fits an SM"
         return best
+
+    def _compute_fraction(self, op: Op) -> float:
+        """The reachable fraction of the matrix peak: ``data_gradient`` for dgrad convolutions."""
+        eff = self.rates.efficiency
+        fraction = eff.data_gradient if op.conv is not None and op.phase is Phase.BACKWARD_DATA else eff.compute
+        assert fraction is not None
+        return fraction
 
     @staticmethod
     def _may_split(op: Op) -> bool:
@@ -159,7 +195,7 @@ class TensorCoreModel:
         eff = self.rates.efficiency
         assert eff.compute is not None
         assert eff.wave_overhead is not None
-        rate = self.sm_macs_per_clock * eff.compute * occupancy * self.chip.clock
+        rate = self.sm_macs_per_clock * self._compute_fraction(op) * occupancy * self.chip.clock
         dram = matrix_dram_bytes(op, m_tiles, n_tiles, tc.sm_count * blocks_per_sm, self.precision.bytes)
         if split > 1:
             # partial sums go out in fp32 and are read back by the reduction

@@ -84,6 +84,11 @@ class Efficiency(Spec):
     wave_overhead: Duration | None = None
     """GPU only: time each wave of thread blocks spends filling and draining its pipeline (the first
     operand tiles arriving from memory, the last results stored) when it cannot overlap a neighbour."""
+    data_gradient: Fraction | None = None
+    """GPU only: fraction of the matrix unit's peak a data-gradient convolution (cuDNN's dgrad
+    kernels, ``bwd_data`` of a ``conv2d``) reaches in its main loop, in place of ``compute``. Measured
+    dgrad kernels run 1.1 to 1.9 times as long as the forward kernel of the same shape and MACs
+    (DeepBench, V100), while weight-gradient and forward kernels match ``compute``."""
 
     def merged(self, override: Efficiency) -> Efficiency:
         """A copy with every field that ``override`` sets replaced."""

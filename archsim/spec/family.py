@@ -24,7 +24,7 @@ _COMMON = (
     "step_overhead",
 )
 REQUIRED = {
-    Family.TENSORCORE: (*_COMMON, "wave_overhead"),
+    Family.TENSORCORE: (*_COMMON, "wave_overhead", "data_gradient"),
     Family.IPU: (*_COMMON, "exchange"),
     Family.CUBE: _COMMON,
     Family.SYSTOLIC: _COMMON,
