@@ -22,6 +22,7 @@ from archsim.spec.chip import ChipSpec, Efficiency, Family
 from archsim.spec.common import Fusion, Precision
 from archsim.spec.library import Library
 from archsim.workloads import build_trace
+from archsim.workloads.memory import resident_bytes
 from archsim.workloads.options import TraceOptions
 from archsim.workloads.trace import Mode, Trace
 
@@ -71,6 +72,15 @@ def preferred_capacity_bytes(chip: ChipSpec) -> int:
     if chip.family is Family.IPU and chip.memory.onchip is not None:
         return chip.memory.onchip.capacity
     return chip.memory.main.capacity
+
+
+def working_set_bytes(chip: ChipSpec, trace: Trace) -> int:
+    """What must fit :func:`preferred_capacity_bytes` for full speed.
+
+    On IPUs the state only the optimizer update touches streams from streaming memory for the update
+    (:func:`~archsim.workloads.memory.resident_bytes`); elsewhere the whole step lives in main memory.
+    """
+    return resident_bytes(trace) if chip.family is Family.IPU else trace.memory_bytes
 
 
 def simulate(
@@ -149,7 +159,7 @@ def simulate(
     if batch is None and "model" in trace.meta:
         # the default batch is the model's, halved until the step fits the chip's preferred memory
         fits = preferred_capacity_bytes(chip)
-        while trace.memory_bytes > fits and trace.batch > 1:
+        while working_set_bytes(chip, trace) > fits and trace.batch > 1:
             trace = build_trace(workload, library, run_mode, trace.batch // 2, run_precision, seq_len, options)
     return run_trace(resolved, trace, library)
 
@@ -180,7 +190,7 @@ def run_trace(target: Target, trace: Trace, library: Library, family_efficiency:
     base = family_efficiency if family_efficiency is not None else library.family(chip.family).efficiency
     efficiency = base.merged(chip.efficiency)
     model = cost_model_for(
-        chip, efficiency, trace.precision, trace.memory_bytes, framework_overhead_s(efficiency, trace)
+        chip, efficiency, trace.precision, resident_bytes(trace), framework_overhead_s(efficiency, trace)
     )
     assert efficiency.host_overhead is not None
     timings = replay(trace, model, efficiency.host_overhead)

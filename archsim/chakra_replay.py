@@ -35,6 +35,7 @@ from archsim.spec.common import Precision
 from archsim.spec.library import Library
 from archsim.systems import fabric_for
 from archsim.workloads.chakra import ChakraTrace, CommNode
+from archsim.workloads.memory import resident_bytes
 
 SUPPORTED = {
     "all-reduce": Collective.ALL_REDUCE,
@@ -110,7 +111,7 @@ def replay_chakra(
             )
     run_precision = precision or chip.default_precision
     efficiency = library.family(chip.family).efficiency.merged(chip.efficiency)
-    model = cost_model_for(chip, efficiency, run_precision, chakra.trace.memory_bytes)
+    model = cost_model_for(chip, efficiency, run_precision, resident_bytes(chakra.trace))
     op_times = [model.cost(op).time_s for op in chakra.trace.ops]
     comm_times = [_comm_time(c, fabric, collective, source) for c in chakra.comms]
     assert efficiency.host_overhead is not None

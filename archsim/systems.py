@@ -22,7 +22,14 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from archsim.api import _choice, capacity_bytes, preferred_capacity_bytes, simulate, trace_options
+from archsim.api import (
+    _choice,
+    capacity_bytes,
+    preferred_capacity_bytes,
+    simulate,
+    trace_options,
+    working_set_bytes,
+)
 from archsim.engine.collectives import DEFAULT_CHUNK_BYTES, resolve_algorithm
 from archsim.engine.network import Lane
 from archsim.engine.parallel import (
@@ -49,6 +56,7 @@ from archsim.spec.common import Fusion, Precision
 from archsim.spec.library import Library
 from archsim.spec.system import SystemSpec
 from archsim.workloads import build_trace
+from archsim.workloads.memory import update_only_bytes
 from archsim.workloads.options import TraceOptions
 from archsim.workloads.pipeline import Stage, split_stages, stage_memory_bytes, sub_trace
 from archsim.workloads.trace import Mode, Op, Phase, Trace
@@ -257,7 +265,7 @@ def _data_parallel_trace(
     trace = build_trace(workload, library, mode, batch, precision, seq_len, options)
     if batch is None and "model" in trace.meta:
         fits = preferred_capacity_bytes(chip)
-        while trace.memory_bytes > fits and trace.batch > 1:
+        while working_set_bytes(chip, trace) > fits and trace.batch > 1:
             trace = build_trace(workload, library, mode, trace.batch // 2, precision, seq_len, options)
     check_trace_ops(len(trace.ops), trace.name)
     return trace
@@ -312,8 +320,15 @@ class _Context:
         assert self.efficiency.step_overhead is not None
         return self.efficiency.step_overhead if self.mode is Mode.TRAIN else 0.0
 
-    def model(self, trace: Trace, footprint: int) -> CostModel:
+    def model(self, trace: Trace, needed: int, share: float = 1.0) -> CostModel:
+        """The chip's model for ops of ``trace`` on a chip that needs ``needed`` bytes.
+
+        ``share`` is the chip's share of the parameters (a pipeline stage's): that share of the state
+        only the update touches is left out of the footprint the ops work with (see
+        :func:`~archsim.workloads.memory.resident_bytes`).
+        """
         framework_s = framework_overhead_s(self.efficiency, trace)
+        footprint = max(0, needed - round(update_only_bytes(trace.ops) * share))
         return cost_model_for(self.chip, self.efficiency, trace.precision, footprint, framework_s)
 
     def check_capacity(self, needed: int, field: str, what: str) -> None:
@@ -359,7 +374,7 @@ class _Context:
     def pipelined(self, trace: Trace, microbatches: int) -> SystemRun:
         stages_count = self.options.pipeline_stages
         train = trace.mode is Mode.TRAIN
-        balance = self.model(trace, trace.memory_bytes // stages_count)
+        balance = self.model(trace, trace.memory_bytes // stages_count, 1 / stages_count)
         stages = split_stages(trace, stages_count, [balance.cost(op).time_s for op in trace.ops])
         work: list[StageWork] = []
         blocks: list[tuple[list[OpTiming], list[OpTiming], OpCost | None]] = []
@@ -375,7 +390,7 @@ class _Context:
                 needed, "--microbatches", f"stage {stage.index} with {inflight} microbatches of {trace.batch} in flight"
             )
             memory = max(memory, needed)
-            model = self.model(trace, needed)
+            model = self.model(trace, needed, stage.parameter_fraction)
             forward = replay(sub_trace(trace, stage.forward, f"{trace.name}.s{stage.index}.fwd"), model, self.issue_s)
             backward = replay(sub_trace(trace, stage.backward, f"{trace.name}.s{stage.index}.bwd"), model, self.issue_s)
             update = model.cost(stage.update) if train and stage.update is not None else None

@@ -16,9 +16,12 @@ per step. The partition that finishes first is used. Before computing, each tile
 rows and ``B`` columns of its blocks over the exchange; a tile's share of the exchange bandwidth is
 ``exchange_bandwidth / tiles``.
 
-Capacity, per tile. The program's resident data (the trace's memory footprint: weights, optimizer
-state, saved or live activations) is spread evenly over the tiles; what does not fit a tile's SRAM
-lives in streaming memory and every op streams that fraction of its bytes. The busiest tile holds
+Capacity, per tile. The program's resident data (the footprint the forward and backward ops work
+with: weights, gradients, saved or live activations) is spread evenly over the tiles; what does not
+fit a tile's SRAM lives in streaming memory and every op streams that fraction of its bytes. The state
+only the optimizer update touches (fp32 master weights and moments, left out of that footprint) stays
+in the SRAM that is still free and otherwise lives in streaming memory: the update reads and writes
+the rest of it there (Poplar's optimizer-state offloading). The busiest tile holds
 its partition of the op: the weights of its block columns, the activations of its block rows (for a
 forward convolution, the input patch under its output pixels, see
 :meth:`~archsim.models.systolic_map.ConvWindow.footprint_words`) and its output blocks. When that
@@ -37,7 +40,7 @@ from archsim.models.base import Bound, OpCost, Unit, ceil_div, chip_rates
 from archsim.models.systolic_map import forward_window
 from archsim.spec.chip import ChipSpec, Efficiency, IpuSection
 from archsim.spec.common import Precision
-from archsim.workloads.trace import Op
+from archsim.workloads.trace import Op, Phase, Role
 
 AMP_BLOCK = 16
 """Rows and columns of the output block that is the unit of AMP work handed to a tile."""
@@ -89,6 +92,8 @@ class IpuModel:
         rates = chip_rates(chip, efficiency, precision, self.vector_per_tile * self.ipu.tiles * chip.clock)
         # the working set lives in the in-processor memory: the roofline uses its bandwidth
         self.rates = replace(rates, dram_bytes_per_s=chip.memory.onchip.bandwidth)
+        self.free_bytes = max(0, self.ipu.tile_sram * self.ipu.tiles - footprint_bytes)
+        """In-processor memory the resident footprint leaves free (for the update-only state)."""
         resident_per_tile = footprint_bytes / self.ipu.tiles
         self.free_per_tile = max(0.0, self.ipu.tile_sram - resident_per_tile)
         self.overflow_fraction = (
@@ -112,6 +117,8 @@ class IpuModel:
             vector_rate = max(1, self.vector_per_tile) * eff.vector * self.chip.clock
             compute_s = math.ceil(op.flops / self.ipu.tiles) / vector_rate
             exchange_s, streamed, unit = 0.0, resident_streamed, Unit.VECTOR
+            if op.phase is Phase.UPDATE:
+                streamed = self._update_streamed(op)
         stream_s = streamed / stream_bw
         overhead_s = self.ipu.sync_latency + eff.op_overhead
         roofline_s = self.rates.roofline_s(op)
@@ -126,6 +133,18 @@ class IpuModel:
             bound=Bound.COMPUTE if compute_s >= exchange_s + stream_s else Bound.MEMORY,
             unit=unit,
         )
+
+    def _update_streamed(self, op: Op) -> int:
+        """Bytes the optimizer update moves to and from streaming memory.
+
+        Its state tensors stay in the free SRAM as far as they fit, the rest is read and written in
+        streaming memory; its other tensors (gradients, the weight copy) are resident data.
+        """
+        state_read = sum(t.bytes for t in op.reads if t.role is Role.STATE)
+        state = state_read + sum(t.bytes for t in op.writes if t.role is Role.STATE)
+        other = op.bytes - state
+        offloaded = 1.0 - min(1.0, self.free_bytes / state_read) if state_read else 0.0
+        return int(state * offloaded + other * self.overflow_fraction)
 
     def partition(self, op: Op) -> IpuPartition:
         """The partition that finishes first (ties: the earlier candidate).

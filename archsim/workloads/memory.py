@@ -14,6 +14,10 @@
   segment rebuilds for its backward pass.
 
 Not counted: framework workspace, allocator fragmentation, communication buffers.
+
+:func:`resident_bytes` is the part the forward and backward ops work with: the step's memory less the
+state only the optimizer update touches (fp32 master weights and moments), which a chip may keep in
+slower memory and stream in for the update (the IPU's optimizer-state offloading).
 """
 
 from __future__ import annotations
@@ -25,8 +29,28 @@ from archsim.spec.model import Optimizer
 from archsim.workloads.fusion import fuse
 from archsim.workloads.graph import ForwardGraph
 from archsim.workloads.options import TraceOptions
-from archsim.workloads.trace import Mode, Op, Role, Trace
+from archsim.workloads.trace import Mode, Op, Phase, Role, Trace
 from archsim.workloads.training import MASTER_BYTES, OPTIMIZER_COST, TrainingStep, training_ops
+
+
+def update_only_bytes(ops: Sequence[Op]) -> int:
+    """Bytes of the state tensors (master weights, optimizer moments) no op but the update reads."""
+    touched: set[str] = set()
+    sizes: dict[str, int] = {}
+    for op in ops:
+        for t in (*op.reads, *op.writes):
+            if t.role is not Role.STATE:
+                continue
+            if op.phase is Phase.UPDATE:
+                sizes[t.name] = max(sizes.get(t.name, 0), t.bytes)
+            else:
+                touched.add(t.name)
+    return sum(size for name, size in sizes.items() if name not in touched)
+
+
+def resident_bytes(trace: Trace) -> int:
+    """The step's memory less the state only its optimizer update touches."""
+    return max(0, trace.memory_bytes - update_only_bytes(trace.ops))
 
 
 def persistent_bytes(graph: ForwardGraph) -> int:

@@ -93,6 +93,42 @@ def cube(chip: ChipSpec | None = None) -> CubeModel:
     return CubeModel(chip, efficiency, chip.default_precision)
 
 
+def update_op(state_bytes: int, other_bytes: int) -> Op:
+    state = TensorAccess("adam.state", state_bytes, Role.STATE)
+    grads = TensorAccess("parameters.grad", other_bytes, Role.GRADIENT)
+    return Op("adam.update", OpKind.OPTIMIZER, Phase.UPDATE, 1000, (grads, state), (state,))
+
+
+def test_update_only_state_stays_in_free_sram_and_streams_the_rest() -> None:
+    chip = LIBRARY.chip("gc200")
+    assert chip.ipu is not None
+    sram = chip.ipu.tiles * chip.ipu.tile_sram
+    roomy = ipu(footprint=sram // 4)
+    # the whole state fits the SRAM the resident data leaves free: nothing streams
+    assert roomy.cost(update_op(sram // 8, 4096)).dram_bytes == 0
+    full = ipu(footprint=sram)
+    offloaded = full.cost(update_op(sram // 8, 4096))
+    # no SRAM is free: the state is read and written in streaming memory, the gradients are resident
+    assert offloaded.dram_bytes == 2 * (sram // 8)
+    half = ipu(footprint=sram - sram // 16)
+    assert 0 < half.cost(update_op(sram // 8, 4096)).dram_bytes < offloaded.dram_bytes
+
+
+def test_resident_footprint_leaves_out_the_state_only_the_update_touches() -> None:
+    from archsim.spec.common import Precision
+    from archsim.workloads import build_trace
+    from archsim.workloads.memory import resident_bytes, update_only_bytes
+    from archsim.workloads.trace import Mode
+
+    trace = build_trace("bert-base", LIBRARY, Mode.TRAIN, 2, Precision.FP16, 128)
+    # LAMB keeps two fp32 moments, and mixed precision an fp32 master weight, per parameter
+    assert update_only_bytes(trace.ops) == trace.parameters * (8 + 4)
+    assert resident_bytes(trace) == trace.memory_bytes - trace.parameters * 12
+    inference = build_trace("resnet50", LIBRARY, Mode.INFER, 2, Precision.FP16, None)
+    # running statistics are state the forward ops read: they stay resident
+    assert update_only_bytes(inference.ops) == 0
+
+
 def test_core_tiles_fit_the_buffers() -> None:
     model = cube()
     assert model.frac_k == 16
