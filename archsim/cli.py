@@ -26,6 +26,7 @@ SUBCOMMANDS = (
     "archsim.commands.trace",
     "archsim.commands.sweep",
     "archsim.commands.plot",
+    "archsim.commands.report",
 )
 """Modules that each add one subcommand: ``add_parser(subparsers, common)`` sets ``handler``."""
 

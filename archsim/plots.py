@@ -7,17 +7,23 @@ self-contained HTML file.
 * one run (:func:`archsim.simulate`'s result): :func:`layer_breakdown`, :func:`roofline`, :func:`timeline`;
 * a sweep's table (:func:`archsim.sweep.run_sweep`): :func:`sweep_scatter`, :func:`pareto_front`
   (and :func:`pareto_mask`), :func:`scaling_curves`.
+
+Reports put a run's or a sweep's summary and figures on one self-contained HTML page (plotly.js
+embedded once, no network needed, the same inputs giving the same bytes): :func:`run_report` and
+:func:`sweep_report` return the page's text, :func:`write_report` saves it.
 """
 
 from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from archsim.results import run_figures
+from archsim.results import report, run_figures
 from archsim.results.figures import write_html
 from archsim.results.records import RunResult
+from archsim.results.report import write_report
 from archsim.results.run_figures import layer_breakdown, timeline
 from archsim.results.sweep_figures import pareto_front, pareto_mask, scaling_curves, sweep_scatter
+from archsim.results.sweep_report import sweep_report
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Precision
 from archsim.spec.library import Library
@@ -28,10 +34,13 @@ __all__ = [
     "pareto_mask",
     "roofline",
     "run_chip",
+    "run_report",
     "scaling_curves",
+    "sweep_report",
     "sweep_scatter",
     "timeline",
     "write_html",
+    "write_report",
 ]
 
 
@@ -53,8 +62,32 @@ def roofline(
     The roof is the chip's published peak at the run's precision and its main-memory bandwidth, unless
     given (give both for a sweep's variant, whose chip is not in the library).
     """
+    return run_figures.roofline(result, *_roof(result, library, peak_flops, bandwidth_bytes_per_s))
+
+
+def run_report(
+    result: RunResult,
+    library: Library | None = None,
+    *,
+    peak_flops: float | None = None,
+    bandwidth_bytes_per_s: float | None = None,
+) -> str:
+    """The HTML report of one run: a summary table, then :func:`layer_breakdown`, :func:`roofline`, :func:`timeline`.
+
+    The summary holds the run's numbers (step time, throughput, utilization, time by bound, memory;
+    scaling efficiency, communication and bubble when it ran on several chips), each cell's exact
+    value in its ``data-value`` attribute (see :mod:`archsim.results.report`). The roofline's roof is
+    found as :func:`roofline` finds it. Save the text with :func:`write_report`.
+    """
+    return report.run_report(result, *_roof(result, library, peak_flops, bandwidth_bytes_per_s))
+
+
+def _roof(
+    result: RunResult, library: Library | None, peak_flops: float | None, bandwidth_bytes_per_s: float | None
+) -> tuple[float, float]:
+    """The roof of a run's chip at its precision: the given figures, else the library's chip's."""
     if peak_flops is None or bandwidth_bytes_per_s is None:
         chip = run_chip(result, library)
         peak_flops = peak_flops or chip.peak[Precision(result.precision)]
         bandwidth_bytes_per_s = bandwidth_bytes_per_s or chip.memory.main.bandwidth
-    return run_figures.roofline(result, peak_flops, bandwidth_bytes_per_s)
+    return peak_flops, bandwidth_bytes_per_s

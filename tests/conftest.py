@@ -1,13 +1,56 @@
-"""Shared fixtures: the built-in library (environment ignored) and small hand-made traces."""
+"""Shared fixtures: the built-in library (environment ignored), and a run and a sweep to report on."""
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
+import pandas as pd
+import pytest
+import yaml
+
+from archsim import simulate
+from archsim.results.records import RunResult
 from archsim.spec.library import Library
+
+REPORT_SWEEP = {
+    "schema_version": 1,
+    "kind": "sweep",
+    "name": "report-sweep",
+    "target": ["dgx1", "ipu-pod64"],
+    "workloads": ["resnet50", {"name": "bert-base", "seq_len": 128}],
+    "settings": {"mode": "train"},
+    "grid": {"run.nodes": [1, 2]},
+    # the second batch fits no chip: every configuration also has refused rows
+    "points": [{"run.batch": 8}, {"run.batch": 100000}],
+}
+"""A sweep with two targets, two workloads, a varying chip count and refused rows (16 rows, ~1 s)."""
 
 
 @pytest.fixture(scope="session")
 def library() -> Library:
     """The built-in library only, whatever ARCHSIM_PATH says."""
     return Library(use_env=False)
+
+
+@pytest.fixture(scope="session")
+def multichip_run(library: Library) -> RunResult:
+    """ResNet-50 training on two DGX-1 nodes (16 V100s): a run with communication to report on."""
+    return simulate("dgx1", "resnet50", mode="train", batch=16, nodes=2, library=library)
+
+
+@pytest.fixture(scope="session")
+def report_sweep_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder of :data:`REPORT_SWEEP`'s results (``results.parquet``), run once per session."""
+    from archsim.sweep import run_sweep
+
+    folder = tmp_path_factory.mktemp("report-sweep")
+    spec = folder / "report-sweep.yaml"
+    spec.write_text(yaml.safe_dump(REPORT_SWEEP, sort_keys=False))
+    run_sweep(str(spec), folder / "results", jobs=1, progress=False)
+    return folder / "results"
+
+
+@pytest.fixture(scope="session")
+def report_sweep_table(report_sweep_dir: Path) -> pd.DataFrame:
+    """The table of :data:`REPORT_SWEEP`."""
+    return pd.read_parquet(report_sweep_dir / "results.parquet")

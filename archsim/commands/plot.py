@@ -8,10 +8,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
-from archsim.cli import positive_int
+from archsim.commands.figure_inputs import add_run_arguments, read_results, select_workload, simulate_run
 from archsim.errors import UsageError
 
 RUN_KINDS = ("breakdown", "roofline", "timeline")
@@ -32,14 +31,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     }
     for kind in RUN_KINDS:
         run = kinds.add_parser(kind, parents=[common], help=helps[kind])
-        run.add_argument("target", help="chip or system name, alias or YAML path")
-        run.add_argument("workload", help="model name, trace file or gemm:MxNxK")
-        run.add_argument("--mode", choices=["train", "infer"], default="infer")
-        run.add_argument("--batch", type=positive_int, default=None)
-        run.add_argument("--precision", choices=["fp32", "tf32", "fp16", "bf16", "int8"], default=None)
-        run.add_argument("--seq-len", type=positive_int, default=None)
-        run.add_argument("--nodes", type=positive_int, default=None)
-        run.add_argument("--pipeline-stages", type=positive_int, default=1)
+        add_run_arguments(run)
         run.add_argument("--out", required=True, metavar="FILE.html")
         run.set_defaults(handler=plot_run)
     for kind in SWEEP_KINDS:
@@ -62,21 +54,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 def plot_run(args: argparse.Namespace) -> int:
     """Simulate one run and plot it."""
     from archsim import plots
-    from archsim.api import simulate
-    from archsim.spec.library import Library
 
-    library = Library(args.lib)
-    result = simulate(
-        args.target,
-        args.workload,
-        args.mode,
-        args.batch,
-        args.precision,
-        args.seq_len,
-        library,
-        nodes=args.nodes,
-        pipeline_stages=args.pipeline_stages,
-    )
+    result, library = simulate_run(args)
     if args.kind == "breakdown":
         figure = plots.layer_breakdown(result)
     elif args.kind == "roofline":
@@ -87,30 +66,11 @@ def plot_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def read_results(path: str) -> Any:
-    """A sweep's table from its folder or Parquet file."""
-    import pandas as pd
-
-    file = Path(path)
-    if file.is_dir():
-        file = file / "results.parquet"
-    if not file.is_file():
-        raise UsageError(path, "RESULTS", "no results.parquet here (run archsim sweep SPEC --out DIR first)")
-    try:
-        return pd.read_parquet(file)
-    except (OSError, ValueError) as err:
-        raise UsageError(str(file), "", f"not a results table: {str(err).splitlines()[0][:120]}") from None
-
-
 def plot_table(args: argparse.Namespace) -> int:
     """Plot columns of a sweep's table."""
     from archsim import plots
 
-    table = read_results(args.results)
-    if args.workload is not None:
-        table = table[table["workload"] == args.workload]
-        if table.empty:
-            raise UsageError(args.results, "--workload", f"no rows of workload {args.workload!r}")
+    table = select_workload(read_results(args.results), args.workload, args.results)
     if args.kind == "scatter":
         figure = plots.sweep_scatter(table, args.x, args.y, color=args.color)
     elif args.kind == "pareto":

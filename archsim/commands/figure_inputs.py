@@ -1,0 +1,78 @@
+"""The inputs that ``archsim plot`` and ``archsim report`` share: one run's options, a sweep's table.
+
+Both commands draw either one run (``TARGET WORKLOAD`` and the run options below) or a sweep's
+results (a folder or its ``results.parquet``); keeping the options and the reading here means the
+two commands accept exactly the same arguments and refuse bad ones with the same one-line errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from archsim.cli import positive_int
+from archsim.errors import UsageError
+
+if TYPE_CHECKING:
+    from archsim.results.records import RunResult
+    from archsim.spec.library import Library
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register ``TARGET WORKLOAD`` and the run options (mode, batch, precision, ...) on ``parser``."""
+    parser.add_argument("target", help="chip or system name, alias or YAML path")
+    parser.add_argument("workload", help="model name, trace file or gemm:MxNxK")
+    parser.add_argument("--mode", choices=["train", "infer"], default="infer")
+    parser.add_argument("--batch", type=positive_int, default=None)
+    parser.add_argument("--precision", choices=["fp32", "tf32", "fp16", "bf16", "int8"], default=None)
+    parser.add_argument("--seq-len", type=positive_int, default=None)
+    parser.add_argument("--nodes", type=positive_int, default=None)
+    parser.add_argument("--pipeline-stages", type=positive_int, default=1)
+
+
+def simulate_run(args: argparse.Namespace) -> tuple[RunResult, Library]:
+    """The run the options of :func:`add_run_arguments` ask for, and the library it was looked up in."""
+    from archsim.api import simulate
+    from archsim.spec.library import Library
+
+    library = Library(args.lib)
+    result = simulate(
+        args.target,
+        args.workload,
+        args.mode,
+        args.batch,
+        args.precision,
+        args.seq_len,
+        library,
+        nodes=args.nodes,
+        pipeline_stages=args.pipeline_stages,
+    )
+    return result, library
+
+
+def read_results(path: str) -> Any:
+    """A sweep's table (a pandas DataFrame) from its folder or Parquet file."""
+    import pandas as pd
+
+    file = Path(path)
+    if file.is_dir():
+        file = file / "results.parquet"
+    if not file.is_file():
+        raise UsageError(path, "RESULTS", "no results.parquet here (run archsim sweep SPEC --out DIR first)")
+    try:
+        return pd.read_parquet(file)
+    except (OSError, ValueError) as err:
+        raise UsageError(str(file), "", f"not a results table: {str(err).splitlines()[0][:120]}") from None
+
+
+def select_workload(table: Any, workload: str | None, source: str) -> Any:
+    """The rows of ``workload`` (all rows when None); no such row is an error naming ``source``."""
+    if workload is None:
+        return table
+    if "workload" not in table.columns:
+        raise UsageError(source, "--workload", "the table has no workload column")
+    chosen = table[table["workload"] == workload]
+    if chosen.empty:
+        raise UsageError(source, "--workload", f"no rows of workload {workload!r}")
+    return chosen
