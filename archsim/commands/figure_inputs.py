@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from archsim.cli import positive_int
+from archsim.cli import add_trace_arguments, positive_int
 from archsim.errors import UsageError
 
 if TYPE_CHECKING:
@@ -29,6 +29,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq-len", type=positive_int, default=None)
     parser.add_argument("--nodes", type=positive_int, default=None)
     parser.add_argument("--pipeline-stages", type=positive_int, default=1)
+    parser.add_argument("--microbatches", type=positive_int, default=None)
+    add_trace_arguments(parser)
 
 
 def simulate_run(args: argparse.Namespace) -> tuple[RunResult, Library]:
@@ -47,6 +49,9 @@ def simulate_run(args: argparse.Namespace) -> tuple[RunResult, Library]:
         library,
         nodes=args.nodes,
         pipeline_stages=args.pipeline_stages,
+        microbatches=args.microbatches,
+        fusion=args.fusion,
+        recompute=args.recompute,
     )
     return result, library
 

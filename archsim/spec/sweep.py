@@ -43,7 +43,7 @@ from pydantic import (
 )
 
 from archsim.errors import UnitError
-from archsim.spec.common import Count, Name, Precision, Spec
+from archsim.spec.common import Count, Fusion, Name, Precision, Spec
 from archsim.units import dimension_of, parse_any
 
 ROOTS = ("chip", "system", "link", "memory", "run")
@@ -58,6 +58,8 @@ RUN_SETTINGS = (
     "schedule",
     "collective",
     "overlap",
+    "fusion",
+    "recompute",
 )
 MAX_AXIS_VALUES = 100_000
 """Values one axis may take (a range that would produce more is refused)."""
@@ -83,6 +85,8 @@ class RunSettings(Spec):
     schedule: Literal["1f1b", "gpipe"] = "1f1b"
     collective: Literal["ring", "tree", "hierarchical", "torus"] | None = None
     overlap: StrictBool = True
+    fusion: Fusion = Fusion.NONE
+    recompute: StrictBool = False
 
 
 class WorkloadEntry(Spec):

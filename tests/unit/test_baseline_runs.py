@@ -24,6 +24,9 @@ from archsim.spec.library import Library
         ("tpu-v3:gemm:2x64x64x64:mode=train", RunSpec("tpu-v3", "gemm:2x64x64x64", "train")),
         ("v100:conv:16,64,56,56,256,1,1", RunSpec("v100", "conv:16,64,56,56,256,1,1")),
         ("chips/my.yaml:traces/t.yaml:seq-len=64", RunSpec("chips/my.yaml", "traces/t.yaml", seq_len=64)),
+        ("v100:resnet50:fusion=norm-act", RunSpec("v100", "resnet50", fusion="norm-act")),
+        ("v100:resnet50:mode=train,recompute=true", RunSpec("v100", "resnet50", "train", recompute=True)),
+        ("v100:resnet50:fusion=none,recompute=false", RunSpec("v100", "resnet50")),
     ],
 )
 def test_parse(text: str, expected: RunSpec) -> None:
@@ -34,6 +37,8 @@ def test_parse(text: str, expected: RunSpec) -> None:
 def test_canonical_text_gives_mode_then_the_options_set() -> None:
     assert RunSpec("a100", "bert-base", "train", 8, None, 128).id == "a100:bert-base:mode=train,batch=8,seq_len=128"
     assert RunSpec("v100", "gemm:8x8x8").id == "v100:gemm:8x8x8:mode=infer"
+    spec = RunSpec("v100", "resnet50", "train", 8, fusion="norm-act", recompute=True)
+    assert spec.id == "v100:resnet50:mode=train,batch=8,fusion=norm-act,recompute=true"
 
 
 @pytest.mark.parametrize(
@@ -52,6 +57,8 @@ def test_canonical_text_gives_mode_then_the_options_set() -> None:
         ("v100:resnet50:precision=fp8", "precision: 'fp8' is not one of"),
         ("v100:resnet50:batch=2,batch=3", "batch: given twice"),
         ("v100::batch=2", "the workload is missing"),
+        ("v100:resnet50:fusion=all", "fusion: 'all' is not one of none, norm-act"),
+        ("v100:resnet50:recompute=yes", "recompute: expected true or false"),
     ],
 )
 def test_malformed_runs_are_usage_errors(text: str, fragment: str) -> None:

@@ -136,6 +136,23 @@ def test_refused_runs_are_rows_with_an_error(tmp_path: Path) -> None:
     assert pd.isna(table["throughput"][1])
 
 
+def test_fusion_and_recompute_are_run_axes(tmp_path: Path) -> None:
+    data = {
+        **SMALL,
+        "target": "v100",
+        "workloads": ["resnet50"],
+        "settings": {"batch": 4, "mode": "train"},
+        "grid": {"run.fusion": ["none", "norm-act"], "run.recompute": [False, True]},
+        "zip": [],
+    }
+    table = run_sweep(write_spec(tmp_path, data), jobs=1, progress=False).set_index(["run.fusion", "run.recompute"])
+    assert table["error"].isna().all()
+    # fusion saves memory passes; recomputation costs forward passes and saves memory
+    assert table.loc[("norm-act", False), "step_time_s"] < table.loc[("none", False), "step_time_s"]
+    assert table.loc[("none", True), "step_time_s"] > table.loc[("none", False), "step_time_s"]
+    assert table.loc[("none", True), "memory_bytes"] < table.loc[("none", False), "memory_bytes"]
+
+
 def test_a_torn_last_line_is_dropped_and_cut_off(tmp_path: Path) -> None:
     store = RowStore(tmp_path)
     store.append([{"key": "a", "x": 1.5}, {"key": "b", "x": 2}])
