@@ -8,6 +8,7 @@ two commands accept exactly the same arguments and refuse bad ones with the same
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +55,15 @@ def simulate_run(args: argparse.Namespace) -> tuple[RunResult, Library]:
         recompute=args.recompute,
     )
     return result, library
+
+
+def write_output(write: Callable[[Any, str], None], content: Any, out: str) -> None:
+    """Write ``content`` to ``--out`` with ``write`` and print the path; a failed write is one line."""
+    try:
+        write(content, out)
+    except OSError as err:
+        raise UsageError(out, "--out", f"cannot write: {err.strerror or err}") from None
+    print(out)
 
 
 def read_results(path: str) -> Any:

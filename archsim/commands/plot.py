@@ -10,8 +10,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from archsim.commands.figure_inputs import add_run_arguments, read_results, select_workload, simulate_run
-from archsim.errors import UsageError
+from archsim.commands.figure_inputs import (
+    add_run_arguments,
+    read_results,
+    select_workload,
+    simulate_run,
+    write_output,
+)
 
 RUN_KINDS = ("breakdown", "roofline", "timeline")
 SWEEP_KINDS = ("scatter", "pareto", "scaling")
@@ -62,7 +67,7 @@ def plot_run(args: argparse.Namespace) -> int:
         figure = plots.roofline(result, library)
     else:
         figure = plots.timeline(result)
-    _write(figure, args.out)
+    write_output(plots.write_html, figure, args.out)
     return 0
 
 
@@ -77,15 +82,5 @@ def plot_table(args: argparse.Namespace) -> int:
         figure = plots.pareto_front(table, args.x, args.y, maximize_x=args.maximize_x, maximize_y=not args.minimize_y)
     else:
         figure = plots.scaling_curves(table, args.x, args.y, group=args.group)
-    _write(figure, args.out)
+    write_output(plots.write_html, figure, args.out)
     return 0
-
-
-def _write(figure: Any, out: str) -> None:
-    from archsim.plots import write_html
-
-    try:
-        write_html(figure, out)
-    except OSError as err:
-        raise UsageError(out, "--out", f"cannot write: {err.strerror}") from None
-    print(out)

@@ -16,8 +16,13 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from archsim.commands.figure_inputs import add_run_arguments, read_results, select_workload, simulate_run
-from archsim.errors import UsageError
+from archsim.commands.figure_inputs import (
+    add_run_arguments,
+    read_results,
+    select_workload,
+    simulate_run,
+    write_output,
+)
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -44,7 +49,7 @@ def report_run(args: argparse.Namespace) -> int:
     from archsim import plots
 
     result, library = simulate_run(args)
-    _write(plots.run_report(result, library), args.out)
+    write_output(plots.write_report, plots.run_report(result, library), args.out)
     return 0
 
 
@@ -61,15 +66,5 @@ def report_sweep(args: argparse.Namespace) -> int:
     page = plots.sweep_report(
         table, args.x, args.y, title=title, maximize_x=args.maximize_x, maximize_y=not args.minimize_y
     )
-    _write(page, args.out)
+    write_output(plots.write_report, page, args.out)
     return 0
-
-
-def _write(page: str, out: str) -> None:
-    from archsim.plots import write_report
-
-    try:
-        write_report(page, out)
-    except OSError as err:
-        raise UsageError(out, "--out", f"cannot write: {err.strerror or err}") from None
-    print(out)
