@@ -11,8 +11,9 @@ Use them to state invariants of your own models or chips::
 * :func:`chips` / :func:`chip_data` -- valid variants of the built-in chips of a family: unit counts,
   clock, memory bandwidth and capacity, dataflow and efficiency overrides changed, with the published
   peaks moved to match (so the loader's peak check holds).
-* :func:`gemm_ops`, :func:`conv_ops`, :func:`elementwise_ops`, :func:`vector_ops`, :func:`ops`,
-  :func:`any_ops` -- single ops of every :class:`~archsim.workloads.trace.OpKind`.
+* :func:`gemm_ops`, :func:`conv_ops`, :func:`elementwise_ops`, :func:`vector_ops` -- single ops of one
+  kind; :func:`ops` -- of every :class:`~archsim.workloads.trace.OpKind`, convolutions in every pass
+  and training batch-norms included; :func:`any_ops` -- matrix products or element-wise ops.
 * :func:`traces` -- small random DAGs of ops in topological order.
 * :func:`systems` / :func:`system_data` -- valid variants of the built-in multi-chip systems;
   :func:`fabrics` -- small resolved fabrics for the collective models.
@@ -97,8 +98,15 @@ def gemm_ops(draw: st.DrawFn, precision: Precision = Precision.FP16) -> Op:
 
 
 @st.composite
-def conv_ops(draw: st.DrawFn, precision: Precision = Precision.FP16) -> Op:
-    """A forward 2-D convolution with its implicit-GEMM view (``m = N*P*Q, n = K, k = C*R*S``)."""
+def conv_ops(
+    draw: st.DrawFn, precision: Precision = Precision.FP16, phases: tuple[Phase, ...] = (Phase.FORWARD,)
+) -> Op:
+    """A 2-D convolution pass of one of ``phases``, with the implicit-GEMM view of that pass.
+
+    Forward: ``m = N*P*Q, n = K, k = C*R*S``; data gradient: ``m = N*H*W, n = C, k = K*R*S`` (stride 1)
+    or ``m = N*P*Q, n = C*R*S, k = K`` (strided); weight gradient: ``m = C*R*S, n = K, k = N*P*Q``
+    (the views of :mod:`archsim.workloads.training`).
+    """
     r = draw(st.sampled_from([1, 3, 5, 7]))
     stride = draw(st.sampled_from([1, 2]))
     size = draw(st.integers(min_value=r, max_value=112))
@@ -113,18 +121,30 @@ def conv_ops(draw: st.DrawFn, precision: Precision = Precision.FP16) -> Op:
         stride=stride,
         pad=(r - 1) // 2,
     )
-    gemm = Gemm(1, conv.n * conv.p * conv.q, conv.k, conv.c * conv.r * conv.s)
+    phase = draw(st.sampled_from(phases))
     e = precision.bytes
+    x = TensorAccess("x", conv.n * conv.c * conv.h * conv.w * e)
+    w = TensorAccess("w", conv.k * conv.c * conv.r * conv.s * e, Role.WEIGHT)
+    y = TensorAccess("y", conv.n * conv.k * conv.p * conv.q * e)
+    if phase is Phase.BACKWARD_DATA:
+        if conv.stride == 1:
+            gemm = Gemm(1, conv.n * conv.h * conv.w, conv.c, conv.k * conv.r * conv.s)
+        else:
+            gemm = Gemm(1, conv.n * conv.p * conv.q, conv.c * conv.r * conv.s, conv.k)
+        reads, writes = (TensorAccess("y.grad", y.bytes), w), (TensorAccess("x.grad", x.bytes),)
+    elif phase is Phase.BACKWARD_WEIGHT:
+        gemm = Gemm(1, conv.c * conv.r * conv.s, conv.k, conv.n * conv.p * conv.q)
+        reads, writes = (x, TensorAccess("y.grad", y.bytes)), (TensorAccess("w.grad", w.bytes, Role.GRADIENT),)
+    else:
+        gemm = Gemm(1, conv.n * conv.p * conv.q, conv.k, conv.c * conv.r * conv.s)
+        reads, writes = (x, w), (y,)
     return Op(
         name="conv",
         kind=OpKind.CONV,
-        phase=Phase.FORWARD,
+        phase=phase,
         flops=2 * gemm.macs,
-        reads=(
-            TensorAccess("x", conv.n * conv.c * conv.h * conv.w * e),
-            TensorAccess("w", conv.k * conv.c * conv.r * conv.s * e, Role.WEIGHT),
-        ),
-        writes=(TensorAccess("y", conv.n * conv.k * conv.p * conv.q * e),),
+        reads=reads,
+        writes=writes,
         gemm=gemm,
         conv=conv,
     )
@@ -132,7 +152,11 @@ def conv_ops(draw: st.DrawFn, precision: Precision = Precision.FP16) -> Op:
 
 @st.composite
 def vector_ops(draw: st.DrawFn, kind: OpKind = OpKind.ELEMENTWISE, precision: Precision = Precision.FP16) -> Op:
-    """A non-matrix op of ``kind`` over 1 to 2^28 elements, 1 to 8 FLOPs each, 1 to 3 inputs."""
+    """A non-matrix op of ``kind`` over 1 to 2^28 elements, 1 to 8 FLOPs each, 1 to 3 inputs.
+
+    A batch-norm is sometimes a training one: a forward pass that updates its running statistics,
+    or a backward pass.
+    """
     if kind.is_matrix:
         raise ValueError(f"{kind.value} is a matrix op: use gemm_ops or conv_ops")
     elements = draw(st.integers(min_value=1, max_value=2**28))
@@ -140,13 +164,21 @@ def vector_ops(draw: st.DrawFn, kind: OpKind = OpKind.ELEMENTWISE, precision: Pr
     inputs = draw(st.integers(min_value=1, max_value=3))
     e = precision.bytes
     role = Role.STATE if kind is OpKind.OPTIMIZER else Role.ACTIVATION
+    phase = Phase.UPDATE if kind is OpKind.OPTIMIZER else Phase.FORWARD
+    writes = [TensorAccess("y", elements * e, role)]
+    if kind is OpKind.BATCHNORM and draw(st.booleans()):
+        # training: batch statistics, computed in the forward pass (which updates the running
+        # statistics) or reduced over in the backward pass
+        phase = draw(st.sampled_from([Phase.FORWARD, Phase.BACKWARD_DATA]))
+        if phase is Phase.FORWARD:
+            writes.append(TensorAccess("running_stats", 8 * draw(st.integers(1, 4096)), Role.STATE))
     return Op(
         name=kind.value,
         kind=kind,
-        phase=Phase.UPDATE if kind is OpKind.OPTIMIZER else Phase.FORWARD,
+        phase=phase,
         flops=flops_per * elements,
         reads=tuple(TensorAccess(f"x{i}", elements * e, role) for i in range(inputs)),
-        writes=(TensorAccess("y", elements * e, role),),
+        writes=tuple(writes),
     )
 
 
@@ -162,7 +194,7 @@ def ops(precision: Precision = Precision.FP16, kinds: tuple[OpKind, ...] = tuple
         if kind is OpKind.MATMUL:
             choices.append(gemm_ops(precision))
         elif kind is OpKind.CONV:
-            choices.append(conv_ops(precision))
+            choices.append(conv_ops(precision, (Phase.FORWARD, Phase.BACKWARD_DATA, Phase.BACKWARD_WEIGHT)))
         else:
             choices.append(vector_ops(kind, precision))
     return st.one_of(choices)
