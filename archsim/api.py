@@ -74,15 +74,6 @@ def preferred_capacity_bytes(chip: ChipSpec) -> int:
     return chip.memory.main.capacity
 
 
-def working_set_bytes(chip: ChipSpec, trace: Trace) -> int:
-    """What must fit :func:`preferred_capacity_bytes` for full speed.
-
-    On IPUs the state only the optimizer update touches streams from streaming memory for the update
-    (:func:`~archsim.workloads.memory.resident_bytes`); elsewhere the whole step lives in main memory.
-    """
-    return resident_bytes(trace) if chip.family is Family.IPU else trace.memory_bytes
-
-
 def simulate(
     target: str,
     workload: str,
@@ -159,7 +150,7 @@ def simulate(
     if batch is None and "model" in trace.meta:
         # the default batch is the model's, halved until the step fits the chip's preferred memory
         fits = preferred_capacity_bytes(chip)
-        while working_set_bytes(chip, trace) > fits and trace.batch > 1:
+        while trace.memory_bytes > fits and trace.batch > 1:
             trace = build_trace(workload, library, run_mode, trace.batch // 2, run_precision, seq_len, options)
     return run_trace(resolved, trace, library)
 

@@ -22,14 +22,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from archsim.api import (
-    _choice,
-    capacity_bytes,
-    preferred_capacity_bytes,
-    simulate,
-    trace_options,
-    working_set_bytes,
-)
+from archsim.api import _choice, capacity_bytes, preferred_capacity_bytes, simulate, trace_options
 from archsim.engine.collectives import DEFAULT_CHUNK_BYTES, resolve_algorithm
 from archsim.engine.network import Lane
 from archsim.engine.parallel import (
@@ -265,7 +258,7 @@ def _data_parallel_trace(
     trace = build_trace(workload, library, mode, batch, precision, seq_len, options)
     if batch is None and "model" in trace.meta:
         fits = preferred_capacity_bytes(chip)
-        while working_set_bytes(chip, trace) > fits and trace.batch > 1:
+        while trace.memory_bytes > fits and trace.batch > 1:
             trace = build_trace(workload, library, mode, trace.batch // 2, precision, seq_len, options)
     check_trace_ops(len(trace.ops), trace.name)
     return trace

@@ -14,8 +14,8 @@ if os.environ.get("ARCHSIM_REQUIRE_TORCH") == "1":
 else:
     torch = pytest.importorskip("torch")
 
-from archsim.workloads import from_torch  # noqa: E402
-from archsim.workloads.trace import Mode, OpKind  # noqa: E402
+from archsim.workloads import from_torch
+from archsim.workloads.trace import Mode, OpKind
 
 
 class _Net(torch.nn.Module):
