@@ -24,7 +24,7 @@ from archsim.errors import ArchsimError, SpecError, UnitError
 from archsim.spec.chip import ChipSpec, CubeSection, Family, IpuSection, SystolicSection, TensorCoreSection
 from archsim.spec.common import Precision
 from archsim.spec.library import SPEC_CLASSES, Entry, Library
-from archsim.spec.sweep import SweepSpec, WorkloadEntry
+from archsim.spec.sweep import RunSettings, SweepSpec, WorkloadEntry
 from archsim.spec.yamlio import validate
 from archsim.sweep.constraints import Constraint
 from archsim.units import Dimension, parse, parse_any
@@ -193,6 +193,11 @@ def variant(
             replacements[found] = validate(SPEC_CLASSES[found.kind], data, slot)
         except SpecError as err:
             raise SpecError(source, _describe(configuration), f"{err.source}.{err.field}: {err.problem}") from None
+    if run:  # the run settings an axis sets take the same values as the sweep's settings
+        try:
+            validate(RunSettings, {**spec.settings.model_dump(), **run}, "run")
+        except SpecError as err:
+            raise SpecError(source, _describe(configuration), f"run.{err.field}: {err.problem}") from None
     result = library.with_specs(replacements)
     try:  # the checks across descriptions (memory ceilings, a system's chip and links)
         if "system" in entries:
