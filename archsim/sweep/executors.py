@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any
@@ -24,6 +26,8 @@ from archsim.sweep.worker import SweepContext, run_chunk, worker_library
 
 EXECUTORS = ("local", "dask")
 Rows = list[dict[str, Any]]
+PARENT_CHECK_S = 0.5
+"""How often a local worker checks that the sweep's process is still there."""
 
 
 def default_jobs() -> int:
@@ -34,6 +38,22 @@ def default_jobs() -> int:
         return os.cpu_count() or 1
 
 
+def _exit_with_parent(parent: int) -> None:
+    """Local worker initializer: end the worker once the sweep's process is gone.
+
+    A forked worker holds both ends of the pool's task pipe, so a parent killed outright (SIGKILL, a
+    crash) never closes it and the worker would wait for tasks forever; instead it notices that it
+    was re-parented and exits. A resumed sweep starts workers of its own.
+    """
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_CHECK_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="archsim-parent-watch", daemon=True).start()
+
+
 def run_local(context: SweepContext, chunks: list[list[Task]], jobs: int) -> Iterator[Rows]:
     """Run chunks in ``jobs`` local processes (in this process for one job), yielding rows as they complete."""
     if jobs == 1 or len(chunks) <= 1:
@@ -42,7 +62,12 @@ def run_local(context: SweepContext, chunks: list[list[Task]], jobs: int) -> Ite
         return
     worker_library(context.search_path)._index  # noqa: B018 - read the library once, before forking
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context(method)) as pool:
+    with ProcessPoolExecutor(
+        max_workers=jobs,
+        mp_context=multiprocessing.get_context(method),
+        initializer=_exit_with_parent,
+        initargs=(os.getpid(),),
+    ) as pool:
         # a bounded window of chunks in flight keeps memory flat however long the sweep
         pending: set[Future[Rows]] = set()
         queue = iter(chunks)

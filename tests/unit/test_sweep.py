@@ -174,6 +174,23 @@ run_sweep(load_sweep(sys.argv[1]).reduced(3), sys.argv[2], jobs=2, chunk_size=1,
 """
 
 
+def _children(pid: int) -> list[int]:
+    """Child process ids of ``pid`` (Linux /proc)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(child) for child in (task / "children").read_text().split()]
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie waiting for its reaper counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
 def test_a_sweep_killed_halfway_resumes_to_the_uninterrupted_table(tmp_path: Path) -> None:
     out = tmp_path / "killed"
     rows = out / "rows.jsonl"
@@ -183,8 +200,15 @@ def test_a_sweep_killed_halfway_resumes_to_the_uninterrupted_table(tmp_path: Pat
         if rows.exists() and rows.read_bytes().count(b"\n") >= 20:
             break
         time.sleep(0.02)
+    workers = _children(process.pid)
+    assert workers, "the local executor runs worker processes"
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
+    # the killed sweep's workers do not outlive it
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(pid) for pid in workers):
+        time.sleep(0.05)
+    assert not any(_alive(pid) for pid in workers)
     stored = rows.read_bytes().count(b"\n")
     assert 20 <= stored < 81, "killed too late to test a resume"
     spec = load_sweep(SHAPE).reduced(3)
