@@ -15,6 +15,7 @@ from typing import NoReturn
 
 from archsim.errors import ArchsimError, UsageError
 from archsim.limits import MAX_ARGUMENT
+from archsim.spec.common import Fusion
 
 SUBCOMMANDS = (
     "archsim.commands.listing",
@@ -55,8 +56,8 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``--fusion`` and ``--recompute``: how the framework runs the graph (``TraceOptions``)."""
     parser.add_argument(
         "--fusion",
-        choices=["none", "norm-act"],
-        default="none",
+        choices=[f.value for f in Fusion],
+        default=Fusion.NONE.value,
         help="ops the framework fuses: norm-act runs element-wise ops after a norm in its kernel (default none)",
     )
     parser.add_argument(

@@ -49,7 +49,7 @@ from archsim.spec.common import Fusion, Precision
 from archsim.spec.library import Library
 from archsim.spec.system import SystemSpec
 from archsim.workloads import build_trace
-from archsim.workloads.memory import update_only_bytes
+from archsim.workloads.memory import resident_bytes
 from archsim.workloads.options import TraceOptions
 from archsim.workloads.pipeline import Stage, split_stages, stage_memory_bytes, sub_trace
 from archsim.workloads.trace import Mode, Op, Phase, Trace
@@ -321,7 +321,7 @@ class _Context:
         :func:`~archsim.workloads.memory.resident_bytes`).
         """
         framework_s = framework_overhead_s(self.efficiency, trace)
-        footprint = max(0, needed - round(update_only_bytes(trace.ops) * share))
+        footprint = resident_bytes(trace, needed, share)
         return cost_model_for(self.chip, self.efficiency, trace.precision, footprint, framework_s)
 
     def check_capacity(self, needed: int, field: str, what: str) -> None:

@@ -78,7 +78,7 @@ def statistics_reread_bytes(op: Op, onchip_bytes: int) -> int:
     if op.kind is not OpKind.BATCHNORM:
         return 0
     activations = [t.bytes for t in op.reads if t.role is Role.ACTIVATION]
-    if op.phase.is_backward and op.phase is not Phase.RECOMPUTE:
+    if op.phase in (Phase.BACKWARD_DATA, Phase.BACKWARD_WEIGHT):
         reduced = sum(activations)
     elif op.phase is Phase.FORWARD and any(t.role is Role.STATE for t in op.writes):
         reduced = activations[0] if activations else 0

@@ -48,9 +48,13 @@ def update_only_bytes(ops: Sequence[Op]) -> int:
     return sum(size for name, size in sizes.items() if name not in touched)
 
 
-def resident_bytes(trace: Trace) -> int:
-    """The step's memory less the state only its optimizer update touches."""
-    return max(0, trace.memory_bytes - update_only_bytes(trace.ops))
+def resident_bytes(trace: Trace, needed: int | None = None, share: float = 1.0) -> int:
+    """The step's memory (or ``needed``, a chip's) less the state only its optimizer update touches.
+
+    ``share`` is the chip's share of the parameters, and so of that state (a pipeline stage's).
+    """
+    total = trace.memory_bytes if needed is None else needed
+    return max(0, total - round(update_only_bytes(trace.ops) * share))
 
 
 def persistent_bytes(graph: ForwardGraph) -> int:
