@@ -47,7 +47,9 @@ def test_chip_variants_replay_traces(chip: ChipSpec, trace: Trace) -> None:
 def test_ops_cover_every_kind() -> None:
     seen: set[OpKind] = set()
 
-    @settings(max_examples=200, deadline=None)
+    # derandomized: the same 200 draws every run, so the test fails when ops() stops drawing a kind,
+    # never because a random run happened to miss one (2 to 3% of random runs did)
+    @settings(max_examples=200, deadline=None, derandomize=True)
     @given(op=ops())
     def collect(op: Op) -> None:
         seen.add(op.kind)
