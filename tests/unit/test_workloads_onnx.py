@@ -164,6 +164,22 @@ def test_malformed_or_truncated_file_is_one_line_exit_2(
     assert not (tmp_path / "x.yaml").exists()
 
 
+def test_a_name_that_is_not_utf8_is_one_line_exit_2(
+    tmp_path: Path, resnet_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the fuzz test's find: protobuf returns an op type of invalid UTF-8 as bytes
+    data = resnet_file.read_bytes()
+    assert b"\x04Relu" in data
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(data.replace(b"\x04Relu", b"\x04\x80elu", 1))
+    assert main(["trace", "import", str(bad), "--out", str(tmp_path / "x.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"archsim: error: {bad}: graph.node[")
+    assert ".op_type: not valid UTF-8" in err
+    assert not (tmp_path / "x.yaml").exists()
+
+
 def test_a_constant_whose_dims_outgrow_its_data_is_refused_before_shape_inference(tmp_path: Path) -> None:
     # ONNX shape inference trusts a constant's dims: [2**40] over one value made it allocate without bound
     for dims, error, problem in (([2**40], LimitError, "outside 0 to"), ([1000], SpecError, "does not match")):

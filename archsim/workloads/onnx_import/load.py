@@ -93,6 +93,7 @@ def check_structure(model: Any, source: str) -> None:
     if not graph.node:
         raise SpecError(source, "graph.node", "the graph has no nodes")
     check_trace_ops(len(graph.node), source, "nodes")
+    _check_text(graph, source)
     defined = {v.name for v in graph.input} | {t.name for t in graph.initializer}
     for index, node in enumerate(graph.node):
         for name in node.input:
@@ -112,6 +113,25 @@ def check_structure(model: Any, source: str) -> None:
         for attr in node.attribute:
             if attr.HasField("t"):
                 check_tensor(attr.t, source, f"node {node.name or node.op_type!r}.{attr.name}")
+
+
+def _check_text(graph: Any, source: str) -> None:
+    """Every name the importer reads is text.
+
+    Protobuf hands a string field that is not valid UTF-8 (a corrupted file) back as bytes, which no
+    name or message could use.
+    """
+    fields: list[tuple[str, list[Any]]] = [
+        (f"graph.{part}", [v.name for v in getattr(graph, part)]) for part in ("input", "output", "initializer")
+    ]
+    for index, node in enumerate(graph.node):
+        where = f"graph.node[{index}]"
+        fields += [(f"{where}.{name}", [getattr(node, name)]) for name in ("op_type", "domain", "name")]
+        fields += [(f"{where}.input", list(node.input)), (f"{where}.output", list(node.output))]
+        fields.append((f"{where}.attribute", [a.name for a in node.attribute]))
+    for field, values in fields:
+        if any(not isinstance(value, str) for value in values):
+            raise SpecError(source, field, "not valid UTF-8 text (a corrupted or truncated file?)")
 
 
 _DATA_FIELDS = ("raw_data", "float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
