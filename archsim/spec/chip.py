@@ -236,7 +236,9 @@ class ChipSpec(Spec):
                     f"peak.{precision.value}: published {published / 1e12:.1f} T/s disagrees with "
                     f"{derived / 1e12:.1f} T/s from unit counts and clock (tolerance 10%)"
                 )
-        if self.ipu is not None and self.memory.onchip is not None:
+        if self.ipu is not None:
+            if self.memory.onchip is None:
+                raise ValueError("memory.onchip: an IPU needs its In-Processor-Memory (the tiles' SRAM) described here")
             total = self.ipu.tiles * self.ipu.tile_sram
             if abs(total - self.memory.onchip.capacity) > 0.01 * total:
                 raise ValueError(f"ipu.tile_sram x tiles = {total} bytes disagrees with memory.onchip.capacity")

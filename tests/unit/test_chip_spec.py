@@ -64,6 +64,19 @@ def test_invalid_chip_names_file_and_field(
     assert fragment in message
 
 
+def test_an_ipu_without_in_processor_memory_is_refused(tmp_path: Path) -> None:
+    # the fuzz test's find: without it the IPU model failed an assertion with a traceback
+    chips = next(r for r in builtin_roots() if r.name == "chips")
+    data = yaml.safe_load((chips / "gc2.yaml").read_text())
+    del data["memory"]["onchip"]
+    path = tmp_path / "chip.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(SpecError) as info:
+        Library(use_env=False).chip(str(path))
+    assert info.value.line().startswith(str(path))
+    assert "memory.onchip: an IPU needs its In-Processor-Memory" in info.value.line()
+
+
 def test_unknown_chip_name(library: Library) -> None:
     with pytest.raises(LookupFailed, match="unknown chip"):
         library.chip("v999")
