@@ -390,7 +390,8 @@ ODD_VALUES: tuple[Any, ...] = (
 
 def _odd_values() -> st.SearchStrategy[Any]:
     return st.one_of(
-        st.sampled_from(ODD_VALUES),
+        # a copy: a list or mapping put into the data may be edited by a later change of the same draw
+        st.sampled_from(ODD_VALUES).map(copy.deepcopy),
         st.integers(min_value=-(2**70), max_value=2**70),
         st.floats(),
         st.text(max_size=12),
