@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from archsim.errors import SpecError
 from archsim.models.base import ChipRates, OpCost, Unit, ceil_div, chip_rates, finish
 from archsim.models.memory import matrix_dram_bytes
 from archsim.spec.chip import ChipSpec, Efficiency, TensorCoreSection
@@ -106,6 +107,15 @@ class TensorCoreModel:
         self.onchip_bytes = self.tc.sm_count * (self.tc.register_file_per_sm + self.tc.shared_memory_per_sm) + (
             self.tc.l2_cache
         )
+        if not any(self._blocks_per_sm(m, n, threads) >= 1 for m, n, threads in TILE_SHAPES):
+            m, n, threads = TILE_SHAPES[-1]
+            raise SpecError(
+                chip.name,
+                "tensorcore",
+                f"no thread-block tile fits one SM: the smallest ({m}x{n}, {threads} threads) needs "
+                f"{threads} threads, {(m + n) * TILE_K * precision.bytes * PIPELINE_STAGES} B of shared memory "
+                f"and {m * n * ACCUMULATOR_BYTES * REGISTER_OVERHEAD:.0f} B of registers",
+            )
         per_tc = self.tc.tensor_fma_per_clock.get(precision)
         if per_tc is not None:
             self.sm_macs_per_clock = per_tc * self.tc.tensor_cores_per_sm
@@ -168,20 +178,25 @@ class TensorCoreModel:
         """Matrix products and weight-gradient convolutions may split K; other convolutions do not."""
         return op.conv is None or op.phase is Phase.BACKWARD_WEIGHT
 
+    def _blocks_per_sm(self, tile_m: int, tile_n: int, threads: int) -> int:
+        """Thread blocks of a tile shape one SM holds at once (shared memory, registers, threads, blocks)."""
+        tc = self.tc
+        smem = (tile_m + tile_n) * TILE_K * self.precision.bytes * PIPELINE_STAGES
+        registers = tile_m * tile_n * ACCUMULATOR_BYTES * REGISTER_OVERHEAD
+        return min(
+            tc.max_blocks_per_sm,
+            tc.shared_memory_per_sm // smem,
+            int(tc.register_file_per_sm // registers),
+            tc.max_threads_per_sm // threads,
+        )
+
     def _tile(
         self, op: Op, tile_m: int, tile_n: int, threads: int, split: int, dram_bytes_per_s: float
     ) -> TileChoice | None:
         tc = self.tc
         gemm = op.gemm
         assert gemm is not None
-        smem = (tile_m + tile_n) * TILE_K * self.precision.bytes * PIPELINE_STAGES
-        registers = tile_m * tile_n * ACCUMULATOR_BYTES * REGISTER_OVERHEAD
-        blocks_per_sm = min(
-            tc.max_blocks_per_sm,
-            tc.shared_memory_per_sm // smem,
-            int(tc.register_file_per_sm // registers),
-            tc.max_threads_per_sm // threads,
-        )
+        blocks_per_sm = self._blocks_per_sm(tile_m, tile_n, threads)
         if blocks_per_sm < 1:
             return None
         m_tiles, n_tiles = ceil_div(gemm.m, tile_m), ceil_div(gemm.n, tile_n)

@@ -77,6 +77,19 @@ def test_an_ipu_without_in_processor_memory_is_refused(tmp_path: Path) -> None:
     assert "memory.onchip: an IPU needs its In-Processor-Memory" in info.value.line()
 
 
+def test_a_tensor_core_sm_that_holds_no_thread_block_is_refused(tmp_path: Path) -> None:
+    # the fuzz test's find: max_threads_per_sm 1 loaded, then failed the model's assertion with a traceback
+    from archsim import simulate
+
+    chip = load_mutated(tmp_path, lambda d: d["tensorcore"].update(max_threads_per_sm=1))
+    assert chip.tensorcore is not None
+    with pytest.raises(SpecError) as info:
+        simulate(str(tmp_path / "chip.yaml"), "gemm:256x256x256")
+    assert info.value.field == "tensorcore"
+    assert "no thread-block tile fits one SM" in info.value.line()
+    assert "\n" not in info.value.line()
+
+
 def test_unknown_chip_name(library: Library) -> None:
     with pytest.raises(LookupFailed, match="unknown chip"):
         library.chip("v999")
