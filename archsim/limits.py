@@ -76,6 +76,10 @@ MAX_GRAPH_SEARCH_STEPS = 1_000_000
 """Most steps of the exhaustive search for rings in a ``graph`` level of a system (about 2 s)."""
 MAX_SYSTEM_CHIPS = 65_536
 """Most chips in one system description (16 times the largest built-in pod)."""
+MAX_LINKS = 1_024
+"""Most parallel links of one member, pair or node port in a system description (a DGX H100 GPU has
+18 NVLink ports): each is a resource the engine keeps, so a count beyond this could not be simulated
+in bounded time."""
 MAX_LIBRARY_FILES = 10_000
 """Most YAML files indexed under one search-path folder."""
 MAX_LIBRARY_ENTRIES = 200_000

@@ -39,7 +39,7 @@ from typing import Literal
 
 from pydantic import Field, StrictInt, model_validator
 
-from archsim.limits import MAX_SYSTEM_CHIPS
+from archsim.limits import MAX_LINKS, MAX_SYSTEM_CHIPS
 from archsim.spec.common import Count, Name, Spec
 
 
@@ -86,6 +86,8 @@ class Level(Spec):
             raise ValueError("a graph level gives its links in connections, not in links")
         if not graph and self.links is None:
             raise ValueError(f"a {self.topology.value} level needs links (links per member)")
+        if self.links is not None and self.links > MAX_LINKS:
+            raise ValueError(f"links: {self.links} is more than the {MAX_LINKS} links allowed")
         if self.topology is Topology.TORUS:
             if not self.shape:
                 raise ValueError("a torus level needs shape (its dimensions)")
@@ -106,8 +108,8 @@ class Level(Spec):
         for a, b, count in self.connections:
             if not (0 <= a < self.size and 0 <= b < self.size) or a == b:
                 raise ValueError(f"connection [{a}, {b}, {count}] must join two different members 0..{self.size - 1}")
-            if count < 1:
-                raise ValueError(f"connection [{a}, {b}, {count}] needs at least one link")
+            if not 1 <= count <= MAX_LINKS:
+                raise ValueError(f"connection [{a}, {b}, {count}] needs 1 to {MAX_LINKS} links")
             pair = (min(a, b), max(a, b))
             if pair in seen:
                 raise ValueError(f"members {pair[0]} and {pair[1]} are joined twice")
@@ -123,6 +125,12 @@ class ScaleOut(Spec):
     """Ports of one copy of the system (one node) into the scale-out fabric."""
     max_nodes: Count | None = None
     """Largest ``--nodes`` the fabric is documented for (None: no stated limit)."""
+
+    @model_validator(mode="after")
+    def _bounded(self) -> ScaleOut:
+        if self.links > MAX_LINKS:
+            raise ValueError(f"links: {self.links} is more than the {MAX_LINKS} links allowed")
+        return self
 
 
 class SystemSpec(Spec):

@@ -112,6 +112,17 @@ def test_a_valid_test_system_loads(tmp_path: Path) -> None:
         (lambda d: d.update(schema_version=2), "schema_version", "unsupported version"),
         (lambda d: d.update(collective="auto"), "", "name an algorithm"),
         (lambda d: d.update(scale_out={"link": "roce", "links": 0}), "scale_out.links", "greater than 0"),
+        # the fuzz test's find: 10^8 parallel links made the collective engine build lanes for ever
+        (lambda d: d["levels"]["node"].update(links=10**8), "levels.node", "more than the 1024 links allowed"),
+        (lambda d: d.update(scale_out={"link": "roce", "links": 10**5}), "scale_out", "more than the 1024"),
+        (
+            lambda d: (
+                d["levels"]["node"].pop("links"),
+                d["levels"]["node"].update(topology="graph", connections=[[0, 1, 5000]]),
+            ),
+            "levels.node",
+            "needs 1 to 1024 links",
+        ),
     ],
 )
 def test_malformed_system_names_the_field(tmp_path: Path, change: Any, field: str, problem: str) -> None:
