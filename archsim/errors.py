@@ -17,9 +17,13 @@ class ArchsimError(Exception):
         super().__init__(self.line())
 
     def line(self) -> str:
-        """The one-line message: ``source: field: problem`` (empty parts left out)."""
-        parts = [p for p in (self.source, self.field, self.problem) if p]
-        return ": ".join(parts)
+        """The one-line message: ``source: field: problem`` (empty parts left out).
+
+        Characters that are not printable (a newline inside a value quoted from a bad file) are
+        written as escapes, so the message is one line whatever it quotes.
+        """
+        text = ": ".join(p for p in (self.source, self.field, self.problem) if p)
+        return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 class SpecError(ArchsimError):
