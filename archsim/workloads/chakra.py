@@ -476,9 +476,10 @@ def read_chakra(path: str | os.PathLike[str], precision: Precision = Precision.F
         elif node.type in (COMM_COLL_NODE, COMM_SEND_NODE, COMM_RECV_NODE):
             if node.type == COMM_COLL_NODE:
                 comm_type = attrs.get("comm_type", 0)
-                if comm_type not in COLLECTIVES:
+                found = COLLECTIVES.get(comm_type) if isinstance(comm_type, int) else None
+                if found is None:
                     raise SpecError(source, f"{field}.comm_type", f"unknown collective type {comm_type!r}")
-                collective = COLLECTIVES[comm_type]
+                collective = found
             else:
                 collective = "send" if node.type == COMM_SEND_NODE else "recv"
             size = _count(attrs.get("comm_size", 0), source, f"{field}.comm_size")

@@ -87,6 +87,22 @@ def _official_et(path: Path, gzipped: bool = False) -> Path:
     return path
 
 
+def test_a_collective_type_that_is_not_a_number_is_one_line(tmp_path: Path) -> None:
+    # the fuzz test's find: a list-valued comm_type failed a dict lookup with a TypeError
+    from archsim.errors import SpecError
+
+    m = messages()
+    node = m["Node"](id=1, name="nccl:all_reduce", type=7)
+    node.attr.add(name="comm_type").int64_list.values.extend([0, 1])
+    node.attr.add(name="comm_size").int64_val = 1024
+    path = tmp_path / "bad.et"
+    path.write_bytes(encode(m["GlobalMetadata"](version="0.0.4"), node))
+    with pytest.raises(SpecError) as info:
+        read_chakra(path)
+    assert info.value.field == "nodes[0].comm_type"
+    assert "unknown collective type [0, 1]" in info.value.line()
+
+
 @pytest.mark.parametrize("gzipped", [False, True])
 def test_official_et_replays_on_a_system(tmp_path: Path, library: Library, gzipped: bool) -> None:
     chakra = read_chakra(_official_et(tmp_path / "rank0.et", gzipped))
