@@ -180,6 +180,18 @@ def test_a_name_that_is_not_utf8_is_one_line_exit_2(
     assert not (tmp_path / "x.yaml").exists()
 
 
+def test_a_shape_node_without_input_is_one_line(tmp_path: Path) -> None:
+    # the fuzz test's find: folding shape arithmetic read the missing input with an IndexError
+    model = bert_base_model(layers=1)
+    shape = next(node for node in model.graph.node if node.op_type == "Shape")
+    del shape.input[:]
+    path = save(model, tmp_path / "no_input.onnx")
+    with pytest.raises(SpecError) as info:
+        import_onnx(path, Mode.TRAIN, 2, Precision.FP16, 16)
+    assert "Shape" in info.value.line()
+    assert "\n" not in info.value.line()
+
+
 def test_a_constant_whose_dims_outgrow_its_data_is_refused_before_shape_inference(tmp_path: Path) -> None:
     # ONNX shape inference trusts a constant's dims: [2**40] over one value made it allocate without bound
     for dims, error, problem in (([2**40], LimitError, "outside 0 to"), ([1000], SpecError, "does not match")):

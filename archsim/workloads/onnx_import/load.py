@@ -267,7 +267,7 @@ def fold_node(
     if node.domain not in ("", "ai.onnx"):
         return None
     if node.op_type in ("Shape", "Size"):
-        info = infos.get(node.input[0])
+        info = infos.get(node.input[0]) if node.input else None  # no input: left to the importer's checks
         if info is None or info.dims is None:
             return None
         if node.op_type == "Size":
