@@ -2,10 +2,10 @@
 
 The search path is, in order: folders given explicitly (the CLI's ``--lib``, or ``Library(paths)``),
 folders in the ``ARCHSIM_PATH`` environment variable (separated by ``os.pathsep``), then the built-in
-library (``chips/``, ``memory/``, ``interconnect/``, ``workloads/``, ``validation/``, ``sweeps/``), which
-ships inside the wheel and is read from the source tree in a checkout. A name found earlier in the path
-shadows a later one, so a user folder can replace a built-in chip. Every YAML file under a folder is indexed by its
-``kind``, ``name`` and ``aliases``; a path to a file works wherever a name does.
+library (``chips/``, ``memory/``, ``interconnect/``, ``software/``, ``workloads/``, ``validation/``,
+``sweeps/``), which ships inside the wheel and is read from the source tree in a checkout. A name
+found earlier in the path shadows a later one, so a user folder can replace a built-in chip. Every YAML
+file under a folder is indexed by its ``kind``, ``name`` and ``aliases``; a path to a file works wherever a name does.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 from archsim.errors import LookupFailed, SpecError
 from archsim.limits import description_files
 from archsim.spec.chip import ChipSpec, Family
+from archsim.spec.collective_library import CollectiveLibrarySpec
 from archsim.spec.family import FamilySpec
 from archsim.spec.link import LinkSpec
 from archsim.spec.memory import MemorySpec
@@ -30,7 +31,7 @@ from archsim.spec.validation import ValidationSpec
 from archsim.spec.yamlio import read_yaml, validate
 
 ENV_VAR = "ARCHSIM_PATH"
-BUILTIN_FOLDERS = ("chips", "memory", "interconnect", "workloads", "validation", "sweeps")
+BUILTIN_FOLDERS = ("chips", "memory", "interconnect", "software", "workloads", "validation", "sweeps")
 SPEC_CLASSES: dict[str, type[Any]] = {
     "chip": ChipSpec,
     "family": FamilySpec,
@@ -38,6 +39,7 @@ SPEC_CLASSES: dict[str, type[Any]] = {
     "link": LinkSpec,
     "model": ModelSpec,
     "system": SystemSpec,
+    "collective-library": CollectiveLibrarySpec,
     "validation": ValidationSpec,
     "sweep": SweepSpec,
 }
@@ -205,7 +207,40 @@ class Library:
                 self.link(link)
             except LookupFailed as err:
                 raise SpecError(source, field, err.problem) from None
+        if system.collective_library is not None:
+            try:
+                self.collective_library(system.collective_library)
+            except LookupFailed as err:
+                raise SpecError(source, "collective_library", f"{system.collective_library}: {err.problem}") from None
         return system
+
+    def collective_library(self, name: str) -> CollectiveLibrarySpec:
+        """A collective library by name, alias or path; a software stack (``kind: software``) gives its own.
+
+        A stack names its library in ``collective_library``; the library's sources are checked.
+        """
+        entry = self.find(["collective-library", "software"], name)
+        if entry.kind == "software":
+            named = entry.data.get("collective_library")
+            if not isinstance(named, str):
+                raise SpecError(str(entry.path), "collective_library", "missing or not a name")
+            try:
+                entry = self.find(["collective-library"], named)
+            except LookupFailed as err:
+                raise SpecError(str(entry.path), "collective_library", err.problem) from None
+        spec: CollectiveLibrarySpec = self.spec(entry)
+        missing = spec.missing_sources()
+        if missing:
+            raise SpecError(
+                str(entry.path), "sources", f"no source for {', '.join(missing)} (cite where its numbers come from)"
+            )
+        return spec
+
+    def system_collective_library(self, system: SystemSpec) -> CollectiveLibrarySpec | None:
+        """The collective library a system runs by default (its ``collective_library``), or None."""
+        if system.collective_library is None:
+            return None
+        return self.collective_library(system.collective_library)
 
     def sweep(self, name: str) -> SweepSpec:
         """A sweep description by name or path."""

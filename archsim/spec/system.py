@@ -19,7 +19,9 @@ topology       meaning of ``links`` (and the extra field it needs)
 
 ``scale_out`` (optional) declares the fabric that joins copies of the whole system: ``archsim run
 SYSTEM ... --nodes N`` adds it as an outer level of ``N`` members, each with ``links`` ports. Without it
-``--nodes`` is an error. ``collective`` is the all-reduce algorithm used when none is asked for.
+``--nodes`` is an error. ``collective`` is the all-reduce algorithm used when none is asked for;
+``collective_library`` names the collective library (``software/``, ``kind: collective-library``) whose
+protocol, latency and launch costs every collective pays (none: the bare links).
 
 Every number cites a source in ``sources``: the keys ``chip``, ``levels.NAME`` (or
 ``levels.NAME.FIELD``) for every level and ``scale_out`` (or ``scale_out.FIELD``) are required.
@@ -148,6 +150,8 @@ class SystemSpec(Spec):
     scale_out: ScaleOut | None = None
     collective: Algorithm = Algorithm.HIERARCHICAL
     """Default all-reduce algorithm (``--collective auto`` picks it)."""
+    collective_library: Name | None = None
+    """Collective library run by default (``software/*.yaml``, ``kind: collective-library``)."""
     sources: dict[str, str]
 
     @model_validator(mode="after")
