@@ -28,6 +28,7 @@ SUBCOMMANDS = (
     "archsim.commands.sweep",
     "archsim.commands.plot",
     "archsim.commands.report",
+    "archsim.commands.collective",
 )
 """Modules that each add one subcommand: ``add_parser(subparsers, common)`` sets ``handler``."""
 

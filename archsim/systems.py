@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from archsim.api import _choice, capacity_bytes, preferred_capacity_bytes, simulate, trace_options
+from archsim.collective_run import gradient_call
 from archsim.engine.collectives import DEFAULT_CHUNK_BYTES, resolve_algorithm
 from archsim.engine.network import Lane
 from archsim.engine.parallel import (
@@ -232,12 +233,22 @@ def replay_system(
     :func:`archsim.api.run_trace` (calibration tries values through it).
     """
     fabric = fabric_for(system, library, options.nodes, source)
+    asked = resolve_algorithm(options.collective, fabric, source) if options.collective not in (None, "auto") else None
+    call = gradient_call(library, system, fabric, options.bucket_bytes, asked)
+    if call is not None:  # the links as the library's protocol for a gradient bucket sees them
+        fabric = call.fabric
     placement = place(fabric, options.pipeline_stages, source)
     chip = library.chip(system.chip)
     base = family_efficiency if family_efficiency is not None else library.family(chip.family).efficiency
     efficiency = base.merged(chip.efficiency)
-    algorithm = resolve_algorithm(options.collective, fabric, source)
-    comm = CommOptions(algorithm, options.bucket_bytes, options.overlap, options.chunk_bytes)
+    algorithm = resolve_algorithm(asked or (call.algorithm if call is not None else None), fabric, source)
+    comm = CommOptions(
+        algorithm,
+        options.bucket_bytes,
+        options.overlap,
+        call.chunk_bytes if call is not None else options.chunk_bytes,
+        call.fixed_s if call is not None else 0.0,
+    )
     context = _Context(system, source, fabric, placement, chip, efficiency, comm, options, record, trace.mode)
     if microbatches is None:
         return context.data_parallel(trace)

@@ -16,7 +16,8 @@ Algorithms (``nbytes`` S is the full buffer; a group of ``g`` members at each ti
   double binary tree (two trees with half the data each; each member is interior in at most one, so
   its ports carry the second tree's half on the way up); rings on the other tiers.
 * reduce-scatter and all-gather run the first or second half of the ring-based all-reduce; broadcast
-  is scatter then all-gather per tier (tree broadcast with ``tree``).
+  is scatter then all-gather per tier (tree broadcast with ``tree``); all-to-all exchanges along one
+  tier after another (dimension-ordered), whatever the algorithm.
 
 Rings are pipelined in chunks: chunk ``c`` of step ``k`` leaves once chunk ``c`` of step ``k - 1`` has
 arrived (from the symmetric neighbour, whose timing is the representative's own). Ring channels: a
@@ -61,6 +62,7 @@ class Collective(enum.StrEnum):
     REDUCE_SCATTER = "reduce-scatter"
     ALL_GATHER = "all-gather"
     BROADCAST = "broadcast"
+    ALL_TO_ALL = "all-to-all"
 
 
 class PhaseKind(enum.StrEnum):
@@ -73,6 +75,7 @@ class PhaseKind(enum.StrEnum):
     SCATTER = "scatter"
     FLAT_REDUCE_SCATTER = "flat-rs"
     FLAT_ALL_GATHER = "flat-ag"
+    EXCHANGE = "exchange"
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,8 @@ def plan(collective: Collective, algorithm: Algorithm, placement: Placement) -> 
     active = [g.index for g in placement.tiers if g.group > 1]
     if not active:
         return []
+    if collective is Collective.ALL_TO_ALL:  # dimension by dimension, whatever the all-reduce algorithm
+        return [Phase(PhaseKind.EXCHANGE, (t,)) for t in active]
     if algorithm is Algorithm.RING and collective is not Collective.BROADCAST:
         rs, ag = Phase(PhaseKind.FLAT_REDUCE_SCATTER, tuple(active)), Phase(PhaseKind.FLAT_ALL_GATHER, tuple(active))
         return {Collective.ALL_REDUCE: [rs, ag], Collective.REDUCE_SCATTER: [rs], Collective.ALL_GATHER: [ag]}[
@@ -160,6 +165,8 @@ class CollectiveEngine:
     placement: Placement
     chunk_bytes: float = DEFAULT_CHUNK_BYTES
     max_chunks: int = MAX_CHUNKS
+    launch_s: float = 0.0
+    """Fixed latency of every call (the collective library's launch), before the first byte moves."""
     records: list[tuple[str, int, float, float, float]] = field(default_factory=list)
     """(name, stage, bytes, start_s, end_s) of every collective run."""
 
@@ -182,6 +189,8 @@ class CollectiveEngine:
         phases = plan(collective, algorithm, self.placement)
         held = input_bytes(collective, phases, self.placement, nbytes)
         label = name or collective.value
+        if self.launch_s > 0.0:
+            yield self.env.timeout(self.launch_s)
         for phase in phases:
             held = yield from self._phase(phase, stage, held, label)
         self.records.append((label, stage, nbytes, start, self.env.now))
@@ -202,6 +211,8 @@ class CollectiveEngine:
             yield from self._tree(phase, stage, held, label, reduce=True)
         elif kind is PhaseKind.TREE_BROADCAST:
             yield from self._tree(phase, stage, held, label, reduce=False)
+        elif kind is PhaseKind.EXCHANGE:
+            yield from self._exchange(phase, stage, held, label)
         else:
             yield from self._scatter(phase, stage, held * (g - 1) / g, label)
         if scatters or kind is PhaseKind.SCATTER:
@@ -447,6 +458,27 @@ class CollectiveEngine:
         if processes:
             yield self.env.all_of(processes)
 
+    def _exchange(self, phase: Phase, stage: int, nbytes: float, label: str) -> simpy.events.ProcessGenerator:
+        """All-to-all at one tier: each chip sends ``nbytes / g`` to every other member.
+
+        Through a switch every piece is one hop. On a ring each piece takes the shorter way round, so
+        the links out of a chip carry ``nbytes / g * sum(min(k, g - k))`` bytes over both directions and
+        the farthest piece is ``g // 2`` hops away.
+        """
+        tier_index = phase.tiers[0]
+        groups = self.placement.tiers[tier_index]
+        g = groups.group
+        if groups.tier.kind is TierKind.RING:
+            load, hops = nbytes / g * sum(min(k, g - k) for k in range(1, g)), max(1, g // 2)
+        else:
+            load, hops = nbytes * (g - 1) / g, 1
+        processes = []
+        for routes, split in self._ring_routes(tier_index, stage, phase.collapsed):
+            for route in routes:
+                processes.append(self.env.process(self.stream(route, load / split, label, hops)))
+        if processes:
+            yield self.env.all_of(processes)
+
     def stream(self, route: Route, nbytes: float, label: str, hops: int = 1) -> simpy.events.ProcessGenerator:
         """Process: send ``nbytes`` over ``route`` in chunks, then wait ``hops`` latencies for the last one."""
         chunks = self.chunks(nbytes)
@@ -500,16 +532,18 @@ def simulate_collective(
     algorithm: Algorithm | str | None = None,
     stages: int = 1,
     chunk_bytes: float = DEFAULT_CHUNK_BYTES,
+    launch_s: float = 0.0,
 ) -> CollectiveOutcome:
     """Time one collective of ``nbytes`` over the data-parallel groups of ``fabric`` (alone on it).
 
     With ``stages`` > 1 the chips form pipelines and every stage runs the collective at once over its
-    own group (``nbytes`` each), sharing links as they would in training.
+    own group (``nbytes`` each), sharing links as they would in training. ``launch_s`` is paid once
+    before the first byte moves (a collective library's launch latency).
     """
     env = simpy.Environment()
     net = RepNetwork(env, fabric)
     placement = place(fabric, stages)
-    engine = CollectiveEngine(net, placement, chunk_bytes)
+    engine = CollectiveEngine(net, placement, chunk_bytes, launch_s=launch_s)
     chosen = resolve_algorithm(algorithm, fabric)
     kind = Collective(collective)
     check_flat_ring_budget(sum(engine.check(kind, chosen, nbytes, s) for s in range(stages)), fabric.system)

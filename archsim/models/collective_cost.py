@@ -1,0 +1,147 @@
+"""What a collective library charges on top of the wire: protocol, algorithm, latencies (pure).
+
+The engine (:mod:`archsim.engine.collectives`) moves chunks over links; this module says, for one call
+of a collective library (:class:`~archsim.spec.collective_library.CollectiveLibrarySpec`), which
+protocol and algorithm the library uses and how that changes the links the engine sees:
+
+* :func:`choose_protocol` ranks the library's protocols by the alpha-beta estimate NCCL's tuner uses
+  (``src/graph/tuning.cc``: ``time = latency + steps * hop latency + bytes / bandwidth``) and takes the
+  fastest; :func:`choose_algorithm` applies the library's first matching rule.
+* :func:`library_fabric` gives the fabric as the protocol sees it: every link's bandwidth times the
+  library's and the protocol's ``wire_efficiency``, every hop's latency the larger of the link's and the protocol's
+  per-step latency (the scale-out tier takes ``network_hop_latency``).
+* :func:`plan_call` puts them together in a :class:`CallPlan`; its ``fixed_s`` (the library's and the
+  protocol's launch latencies) is paid once per call, before the first byte moves.
+
+:func:`bus_factor` is nccl-tests' conversion from algorithm bandwidth to bus bandwidth.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from archsim.models.interconnect import Fabric
+from archsim.spec.collective_library import CollectiveLibrarySpec, Protocol
+from archsim.spec.system import Algorithm
+
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "broadcast", "all-to-all")
+"""The collectives a library call can be, by their nccl-tests names."""
+
+
+def bus_factor(collective: str, chips: int) -> float:
+    """The ratio busbw / algbw of nccl-tests (doc/PERFORMANCE.md): what each chip's links must carry per byte.
+
+    all-reduce ``2(n-1)/n``; all-gather, reduce-scatter and all-to-all ``(n-1)/n``; broadcast 1.
+    """
+    if collective not in COLLECTIVES:
+        raise ValueError(f"unknown collective {collective!r}")
+    if chips <= 1:
+        return 0.0 if collective != "broadcast" else 1.0
+    if collective == "all-reduce":
+        return 2.0 * (chips - 1) / chips
+    if collective == "broadcast":
+        return 1.0
+    return (chips - 1) / chips
+
+
+def ring_steps(collective: str, fabric: Fabric) -> tuple[int, int]:
+    """Steps of a tier-by-tier ring schedule: (steps inside a node, steps across the scale-out fabric)."""
+    passes = 2 if collective == "all-reduce" else 1
+    inside = sum(t.size - 1 for t in fabric.tiers if t.name != "scale-out")
+    across = sum(t.size - 1 for t in fabric.tiers if t.name == "scale-out")
+    return passes * inside, passes * across
+
+
+def estimate_s(
+    library: CollectiveLibrarySpec, protocol: Protocol, collective: str, nbytes: float, fabric: Fabric
+) -> float:
+    """The library's own alpha-beta estimate of a call with ``protocol`` (used to rank protocols).
+
+    Latency: the launch latencies plus one per-step latency per ring step; bandwidth: the bus bytes
+    (``bus_factor * nbytes``) over the slowest tier's per-chip egress times the wire efficiency.
+    """
+    inside, across = ring_steps(collective, fabric)
+    latency = (
+        library.launch_latency
+        + protocol.launch_latency
+        + inside * protocol.hop_latency
+        + across * protocol.network_hop_latency
+    )
+    if not fabric.tiers:
+        return latency
+    egress = min(t.egress_bytes_per_s / t.chips_per_member for t in fabric.tiers)
+    efficiency = library.wire_efficiency * protocol.wire_efficiency
+    return latency + bus_factor(collective, fabric.num_chips) * nbytes / (egress * efficiency)
+
+
+def choose_protocol(
+    library: CollectiveLibrarySpec, collective: str, nbytes: float, fabric: Fabric
+) -> tuple[str, Protocol]:
+    """The protocol with the smallest estimate among those allowed at ``nbytes`` (ties: file order)."""
+    allowed = [(n, p) for n, p in library.protocols.items() if p.max_bytes is None or nbytes <= p.max_bytes]
+    if not allowed:  # every protocol has a size limit below nbytes: the one with the largest limit
+        allowed = [max(library.protocols.items(), key=lambda item: item[1].max_bytes or 0)]
+    return min(allowed, key=lambda item: estimate_s(library, item[1], collective, nbytes, fabric))
+
+
+def choose_algorithm(library: CollectiveLibrarySpec, nbytes: float, nodes: int) -> Algorithm:
+    """The algorithm of the library's first rule that matches the call (``auto``: the system's own)."""
+    for rule in library.algorithms:
+        if nodes >= rule.min_nodes and (rule.max_bytes is None or nbytes <= rule.max_bytes):
+            return rule.algorithm
+    return Algorithm.AUTO
+
+
+def library_fabric(fabric: Fabric, library: CollectiveLibrarySpec, protocol: Protocol) -> Fabric:
+    """``fabric`` as ``protocol`` sees it.
+
+    Bandwidths times the library's and the protocol's efficiency; hop latencies at least the protocol's
+    per-step latency.
+    """
+    tiers = tuple(
+        dataclasses.replace(
+            tier,
+            link_bytes_per_s=tier.link_bytes_per_s * library.wire_efficiency * protocol.wire_efficiency,
+            latency_s=max(
+                tier.latency_s,
+                protocol.network_hop_latency if tier.name == "scale-out" else protocol.hop_latency,
+            ),
+        )
+        for tier in fabric.tiers
+    )
+    return dataclasses.replace(fabric, tiers=tiers)
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """How a library runs one call: protocol, algorithm, the fabric it sees and its fixed latency."""
+
+    library: str
+    protocol: str
+    algorithm: Algorithm
+    fabric: Fabric
+    fixed_s: float
+    """Launch latencies (library and protocol), paid once per call."""
+    chunk_bytes: int
+
+
+def plan_call(
+    library: CollectiveLibrarySpec,
+    collective: str,
+    nbytes: float,
+    fabric: Fabric,
+    algorithm: Algorithm | None = None,
+) -> CallPlan:
+    """The library's plan for one call of ``collective`` on ``nbytes``; ``algorithm`` overrides its rules."""
+    name, protocol = choose_protocol(library, collective, nbytes, fabric)
+    return CallPlan(
+        library=library.name,
+        protocol=name,
+        algorithm=(
+            algorithm if algorithm not in (None, Algorithm.AUTO) else choose_algorithm(library, nbytes, fabric.nodes)
+        ),
+        fabric=library_fabric(fabric, library, protocol),
+        fixed_s=library.launch_latency + protocol.launch_latency,
+        chunk_bytes=protocol.chunk,
+    )

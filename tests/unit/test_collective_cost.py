@@ -1,0 +1,151 @@
+"""What a collective library adds to the wire: nccl-tests' factors, protocol choice, latencies, slices."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from archsim.collective_run import call_time_s
+from archsim.engine.collectives import simulate_collective
+from archsim.models.collective_cost import (
+    bus_factor,
+    choose_algorithm,
+    choose_protocol,
+    estimate_s,
+    library_fabric,
+    plan_call,
+)
+from archsim.models.interconnect import Fabric
+from archsim.spec.collective_library import CollectiveLibrarySpec
+from archsim.spec.library import Library
+from archsim.spec.system import Algorithm
+from archsim.systems import fabric_for
+
+GIB = 2**30
+MIB = 2**20
+
+
+FAST = {
+    "wire_efficiency": 0.5,
+    "launch_latency": "1 us",
+    "hop_latency": "2 us",
+    "network_hop_latency": "5 us",
+    "chunk": "64 KiB",
+}
+
+
+def make_library(**changes: object) -> CollectiveLibrarySpec:
+    data: dict[str, object] = {
+        "schema_version": 1,
+        "kind": "collective-library",
+        "name": "toy",
+        "description": "toy",
+        "launch_latency": "10 us",
+        "wire_efficiency": 0.5,
+        "protocols": {"fast": FAST},
+        "sources": {"launch_latency": "x", "wire_efficiency": "x", "protocols": "x"},
+    }
+    data.update(changes)
+    return CollectiveLibrarySpec.model_validate(data)
+
+
+def fabric(library: Library, name: str, nodes: int = 1) -> Fabric:
+    return fabric_for(library.system(name), library, nodes, name)
+
+
+@pytest.mark.parametrize(
+    ("op", "n", "factor"),
+    [
+        ("all-reduce", 8, 1.75),
+        ("all-gather", 8, 0.875),
+        ("reduce-scatter", 4, 0.75),
+        ("all-to-all", 2, 0.5),
+        ("broadcast", 8, 1.0),
+        ("all-reduce", 1, 0.0),
+    ],
+)
+def test_bus_factor_is_nccl_tests_definition(op: str, n: int, factor: float) -> None:
+    assert bus_factor(op, n) == pytest.approx(factor)
+
+
+def test_estimate_by_hand_on_dgx_a100(library: Library) -> None:
+    lib = make_library()
+    dgx = fabric(library, "dgx-a100")
+    # 8 GPUs, 12 ports of 25 GB/s each: egress 300 GB/s; all-reduce: 14 ring steps
+    expected = 10e-6 + 1e-6 + 14 * 2e-6 + 1.75 * GIB / (300e9 * 0.5 * 0.5)
+    assert estimate_s(lib, lib.protocols["fast"], "all-reduce", GIB, dgx) == pytest.approx(expected)
+    # two nodes: 14 steps inside, 2 across the scale-out fabric
+    two = fabric(library, "dgx-a100", nodes=2)
+    egress = min(t.egress_bytes_per_s / t.chips_per_member for t in two.tiers)
+    expected = 11e-6 + 14 * 2e-6 + 2 * 5e-6 + bus_factor("all-reduce", 16) * MIB / (egress * 0.25)
+    assert estimate_s(lib, lib.protocols["fast"], "all-reduce", MIB, two) == pytest.approx(expected)
+
+
+def test_nccl_picks_low_latency_protocol_small_and_simple_large(library: Library) -> None:
+    nccl = library.collective_library("nccl")
+    dgx = fabric(library, "dgx-a100")
+    assert choose_protocol(nccl, "all-reduce", 64 * 2**10, dgx)[0] == "ll"
+    assert choose_protocol(nccl, "all-reduce", GIB, dgx)[0] == "simple"
+
+
+def test_protocol_size_limit_is_respected(library: Library) -> None:
+    protocols = {"small": {**FAST, "max_bytes": "1 KiB", "wire_efficiency": 1.0}, "big": FAST}
+    lib = make_library(protocols=protocols)
+    dgx = fabric(library, "dgx-a100")
+    assert choose_protocol(lib, "all-reduce", 1024, dgx)[0] == "small"
+    assert choose_protocol(lib, "all-reduce", 1025, dgx)[0] == "big"
+
+
+def test_library_fabric_scales_bandwidth_and_raises_latency(library: Library) -> None:
+    lib = make_library()
+    dgx = fabric(library, "dgx-a100", nodes=2)
+    seen = library_fabric(dgx, lib, lib.protocols["fast"])
+    for before, after in zip(dgx.tiers, seen.tiers, strict=True):
+        assert after.link_bytes_per_s == pytest.approx(before.link_bytes_per_s * 0.25)
+        hop = 5e-6 if before.name == "scale-out" else 2e-6
+        assert after.latency_s == pytest.approx(max(before.latency_s, hop))
+
+
+def test_algorithm_rules_first_match_wins() -> None:
+    rules = [
+        {"algorithm": "tree", "min_nodes": 2, "max_bytes": "1 MiB"},
+        {"algorithm": "ring", "min_nodes": 2},
+        {"algorithm": "auto"},
+    ]
+    lib = make_library(algorithms=rules)
+    assert choose_algorithm(lib, MIB, 4) is Algorithm.TREE
+    assert choose_algorithm(lib, MIB + 1, 4) is Algorithm.RING
+    assert choose_algorithm(lib, MIB, 1) is Algorithm.AUTO
+
+
+def test_call_is_launch_plus_engine_on_the_protocols_fabric(library: Library) -> None:
+    lib = make_library()
+    dgx = fabric(library, "dgx-a100")
+    time_s, plan, _ = call_time_s(dgx, lib, "all-reduce", GIB)
+    assert plan is not None
+    assert plan.fixed_s == pytest.approx(11e-6)
+    alone = simulate_collective(plan.fabric, "all-reduce", GIB, plan.algorithm, chunk_bytes=plan.chunk_bytes)
+    assert time_s == pytest.approx(plan.fixed_s + alone.time_s)
+    # a large call is bandwidth bound: 1.75 S over a quarter of 300 GB/s, plus the latencies
+    assert time_s == pytest.approx(1.75 * GIB / 75e9, rel=0.01)
+    assert time_s > 1.75 * GIB / 75e9
+
+
+def test_library_never_beats_the_bare_wire(library: Library) -> None:
+    nccl = library.collective_library("nccl")
+    dgx = fabric(library, "dgx-a100")
+    for size in (MIB, 64 * MIB, GIB):
+        bare = simulate_collective(dgx, "all-reduce", size).time_s
+        assert call_time_s(dgx, nccl, "all-reduce", size)[0] > bare
+
+
+def test_plan_call_honours_an_explicit_algorithm(library: Library) -> None:
+    nccl = library.collective_library("nccl")
+    two = fabric(library, "dgx-a100", nodes=2)
+    assert plan_call(nccl, "all-reduce", MIB, two, Algorithm.RING).algorithm is Algorithm.RING
+    assert plan_call(nccl, "all-reduce", MIB, two, Algorithm.AUTO).algorithm is Algorithm.AUTO
+    one = fabric(library, "dgx-a100")
+    small = plan_call(nccl, "all-reduce", MIB, one)
+    assert small.protocol == "ll"
+    assert math.isclose(small.fixed_s, nccl.launch_latency + 3.6e-6)  # NCCL's Ring/LL baseLat
