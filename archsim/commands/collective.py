@@ -35,7 +35,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         parents=[common],
         help="time one collective on a system, per size, as nccl-tests reports it (time, algbw, busbw)",
     )
-    parser.add_argument("system", metavar="SYSTEM", help="a system (dgx-a100, ipu-pod16, tpu-v4-pod, ...)")
+    parser.add_argument("system", metavar="SYSTEM", help="a system (dgx-a100, ipu-pod16, tpu-v4-pod:4x4x4, ...)")
     parser.add_argument("op", metavar="OP", help=f"one of {', '.join(COLLECTIVES)}")
     parser.add_argument("sizes", metavar="SIZE", nargs="+", type=size_argument, help="bytes per chip (1MiB, 16GiB)")
     parser.add_argument(

@@ -6,21 +6,27 @@ library (``chips/``, ``memory/``, ``interconnect/``, ``software/``, ``workloads/
 ``sweeps/``), which ships inside the wheel and is read from the source tree in a checkout. A name
 found earlier in the path shadows a later one, so a user folder can replace a built-in chip. Every YAML
 file under a folder is indexed by its ``kind``, ``name`` and ``aliases``; a path to a file works wherever a name does.
+
+A system with one torus level can be sliced: ``SYSTEM:AxBxC`` (``tpu-v4-pod:4x4x4``) is the system
+with that level's shape replaced by the slice's, every dimension at most the pod's; which dimensions
+wrap around follows the level's ``wraparound_multiple``.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from archsim.errors import LookupFailed, SpecError
+from archsim.errors import LookupFailed, SpecError, UsageError
 from archsim.limits import description_files
 from archsim.spec.chip import ChipSpec, Family
 from archsim.spec.collective_library import CollectiveLibrarySpec
+from archsim.spec.common import parse_shape
 from archsim.spec.family import FamilySpec
 from archsim.spec.link import LinkSpec
 from archsim.spec.memory import MemorySpec
@@ -121,8 +127,10 @@ class Library:
         return sorted(seen.values(), key=lambda e: e.name)
 
     def find(self, kinds: Iterable[str], name: str) -> Entry:
-        """The entry for a name (or alias, or file path) of one of ``kinds``."""
+        """The entry for a name (or alias, or file path) of one of ``kinds``; ``SYSTEM:AxB`` is a slice."""
         kinds = tuple(kinds)
+        if "system" in kinds and ":" in name and not name.endswith((".yaml", ".yml")):
+            return self._slice(name)
         if name.endswith((".yaml", ".yml")) or os.sep in name:
             path = Path(name)
             entry = Entry(path, read_yaml(path))
@@ -134,6 +142,36 @@ class Library:
                 return self._index[(kind, name)]
         known = sorted({n for (k, n) in self._index if k in kinds})
         raise LookupFailed(name, "", f"unknown {' or '.join(kinds)}; known: {', '.join(known)}")
+
+    def _slice(self, target: str) -> Entry:
+        """The entry of ``SYSTEM:AxBxC``: the system's one torus level cut to that shape."""
+        base_name, _, shape_text = target.rpartition(":")
+        base = self.find(["system"], base_name)
+        levels = base.data.get("levels")
+        if not isinstance(levels, dict) or len(levels) != 1:
+            raise UsageError(target, "slice", f"{base.name} is not one torus level, so it has no slices")
+        ((level_name, level),) = levels.items()
+        if not isinstance(level, dict) or level.get("topology") != "torus":
+            raise UsageError(target, "slice", f"{base.name} is not one torus level, so it has no slices")
+        pod = level.get("shape")
+        if not isinstance(pod, list) or not all(isinstance(n, int) for n in pod):
+            raise SpecError(str(base.path), f"levels.{level_name}.shape", "must be a list of integers")
+        try:
+            shape = parse_shape(shape_text, len(pod))
+        except ValueError as err:
+            raise UsageError(target, "slice", str(err)) from None
+        if any(n > m for n, m in zip(shape, pod, strict=True)):
+            pod_text = "x".join(str(m) for m in pod)
+            raise UsageError(target, "slice", f"larger than the {pod_text} of {base.name} in some dimension")
+        sliced = {**level, "size": math.prod(shape), "shape": list(shape)}
+        data = {
+            **base.data,
+            "name": f"{base.name}-{'x'.join(map(str, shape))}",
+            "aliases": [],
+            "levels": {level_name: sliced},
+        }
+        data["description"] = f"{'x'.join(map(str, shape))} slice of {base.description or base.name}"
+        return Entry(Path(f"{base.path}:{'x'.join(map(str, shape))}"), data)
 
     def spec(self, entry: Entry) -> Any:
         """The validated spec of an entry (cached per file)."""

@@ -93,6 +93,25 @@ def test_system_default_library(library: Library) -> None:
     }
 
 
+def test_slice_from_the_cli_and_from_yaml(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "collective", "tpu-v4-pod:4x4x4", "all-reduce", "64MiB", "--json")
+    assert code == 0
+    from_cli = json.loads(out)
+    code, out, _ = run_cli(capsys, "collective", "tpu-v4-64", "all-reduce", "64MiB", "--json")
+    from_yaml = json.loads(out)
+    assert from_cli["chips"] == from_yaml["chips"] == 64
+    assert from_cli["time_s"] == pytest.approx(from_yaml["time_s"], rel=1e-12)
+    smaller = json.loads(run_cli(capsys, "collective", "tpu-v4-pod:2x2x4", "all-reduce", "64MiB", "--json")[1])
+    assert smaller["chips"] == 16 and smaller["busbw_bytes_per_s"] < from_cli["busbw_bytes_per_s"]
+
+
+def test_a_training_run_on_a_slice(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(capsys, "run", "tpu-v4-pod:2x2x1", "resnet50", "--mode", "train", "--batch", "8", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["num_chips"] == 4 and result["comm_s"] > 0
+
+
 def test_training_pays_the_library_costs(tmp_path: Path, library: Library) -> None:
     data = builtin("interconnect", "dgx-a100")
     data.update(name="dgx-a100-bare", aliases=[])
@@ -117,6 +136,9 @@ def test_training_pays_the_library_costs(tmp_path: Path, library: Library) -> No
         (["dgx-a100", "all-reduce", "1MiB", "--software", "foo"], "foo: unknown collective-library or software"),
         (["dgx-h100", "all-reduce", "1MiB", "--nodes", "0"], "expected a positive integer"),
         (["tpu-v4-pod", "all-reduce", "1MiB", "--nodes", "2"], "declares no scale-out fabric"),
+        (["tpu-v4-pod:32x4x4", "all-reduce", "1MiB"], "slice: larger than the 16x16x16"),
+        (["tpu-v4-pod:4x4", "all-reduce", "1MiB"], "slice: expected 3 positive integers"),
+        (["dgx-a100:2x2", "all-reduce", "1MiB"], "dgx-a100 is not one torus level"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str], fragment: str) -> None:

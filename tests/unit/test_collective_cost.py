@@ -140,6 +140,49 @@ def test_library_never_beats_the_bare_wire(library: Library) -> None:
         assert call_time_s(dgx, nccl, "all-reduce", size)[0] > bare
 
 
+def test_all_to_all_on_a_switch_and_on_a_ring(library: Library) -> None:
+    bare = make_library(launch_latency="0 s", wire_efficiency=1.0)
+    dgx = fabric(library, "dgx-a100")
+    # through the switch: 7/8 of the buffer out of 300 GB/s
+    switch_s = simulate_collective(dgx, "all-to-all", GIB).time_s
+    assert switch_s == pytest.approx(0.875 * GIB / 300e9, rel=0.01)
+    ring = fabric(library, "tpu-v4-pod:4x1x1")
+    # ring of 4: pieces travel 1, 2, 1 hops: S/4 * 4 = S bytes over the two directions of 46.9 GB/s
+    ring_s = simulate_collective(ring, "all-to-all", GIB).time_s
+    assert ring_s == pytest.approx(GIB / (2 * 46.9e9), rel=0.01)
+    assert call_time_s(ring, bare, "all-to-all", GIB)[0] >= ring_s
+
+
+def test_slice_tiers_follow_the_shape(library: Library) -> None:
+    cube = fabric(library, "tpu-v4-pod:4x4x4")
+    assert [t.size for t in cube.tiers] == [4, 4, 4]
+    assert not any(t.open_line for t in cube.tiers)
+    small = fabric(library, "tpu-v4-pod:2x2x4")
+    assert [(t.size, t.open_line, t.directions) for t in small.tiers] == [(2, True, 1), (2, True, 1), (4, False, 2)]
+    line = fabric(library, "tpu-v4-pod:8x1x1")  # 8 wraps (a multiple of 4)
+    assert line.tiers[0].directions == 2
+    three = fabric(library, "tpu-v4-pod:3x1x1")  # 3 is an open line: one direction, two-link steps
+    assert three.tiers[0].directions == 1
+    assert three.tiers[0].latency_s == pytest.approx(2 * line.tiers[0].latency_s)
+
+
+def test_torus_all_reduce_cost_follows_the_slice_shape(library: Library) -> None:
+    def busbw(target: str) -> float:
+        f = fabric(library, target)
+        return bus_factor("all-reduce", f.num_chips) * GIB / simulate_collective(f, "all-reduce", GIB).time_s
+
+    # a torus dimension's ring runs both ways: 2 x 46.9 GB/s; an open line one way
+    assert busbw("tpu-v4-pod:4x1x1") == pytest.approx(2 * 46.9e9, rel=0.02)
+    assert busbw("tpu-v4-pod:2x1x1") == pytest.approx(46.9e9, rel=0.02)
+    assert busbw("tpu-v4-pod:4x4x4") == pytest.approx(busbw("tpu-v4-64"), rel=1e-9)
+    assert busbw("tpu-v4-pod:2x2x4") < busbw("tpu-v4-pod:4x4x4")
+    # 2x2x4 on its 2x2 open lines: 1 + 1 + 3 steps ... within the links' bound
+    for target in ("tpu-v4-pod:2x2x4", "tpu-v4-pod:4x4x4", "tpu-v4-pod:4x4x8"):
+        f = fabric(library, target)
+        egress = sum(t.egress_bytes_per_s for t in f.tiers)
+        assert busbw(target) <= egress
+
+
 def test_plan_call_honours_an_explicit_algorithm(library: Library) -> None:
     nccl = library.collective_library("nccl")
     two = fabric(library, "dgx-a100", nodes=2)
