@@ -17,7 +17,9 @@ Algorithms (``nbytes`` S is the full buffer; a group of ``g`` members at each ti
   its ports carry the second tree's half on the way up); rings on the other tiers.
 * reduce-scatter and all-gather run the first or second half of the ring-based all-reduce; broadcast
   is scatter then all-gather per tier (tree broadcast with ``tree``); all-to-all exchanges along one
-  tier after another (dimension-ordered), whatever the algorithm.
+  tier after another (dimension-ordered), whatever the algorithm. Where a collective library reduces
+  in the switch (a tier's ``in_network_reduction``: NVLink SHARP), an all-reduce at that tier is one
+  pass of the buffer up to the switch, which reduces and multicasts it back.
 
 Rings are pipelined in chunks: chunk ``c`` of step ``k`` leaves once chunk ``c`` of step ``k - 1`` has
 arrived (from the symmetric neighbour, whose timing is the representative's own). Ring channels: a
@@ -76,6 +78,7 @@ class PhaseKind(enum.StrEnum):
     FLAT_REDUCE_SCATTER = "flat-rs"
     FLAT_ALL_GATHER = "flat-ag"
     EXCHANGE = "exchange"
+    SWITCH_REDUCE = "switch-reduce"
 
 
 @dataclass(frozen=True)
@@ -135,7 +138,9 @@ def plan(collective: Collective, algorithm: Algorithm, placement: Placement) -> 
     down: list[Phase] = []
     collapsed: frozenset[int] = frozenset()
     for t in active:
-        if tree and pooled(t) and collective is Collective.ALL_REDUCE:
+        if collective is Collective.ALL_REDUCE and placement.tiers[t].tier.in_network_reduction:
+            up.append(Phase(PhaseKind.SWITCH_REDUCE, (t,), collapsed))
+        elif tree and pooled(t) and collective is Collective.ALL_REDUCE:
             up.append(Phase(PhaseKind.TREE_REDUCE, (t,), collapsed))
             down.insert(0, Phase(PhaseKind.TREE_BROADCAST, (t,), collapsed))
             collapsed = collapsed | {t}
@@ -213,6 +218,8 @@ class CollectiveEngine:
             yield from self._tree(phase, stage, held, label, reduce=False)
         elif kind is PhaseKind.EXCHANGE:
             yield from self._exchange(phase, stage, held, label)
+        elif kind is PhaseKind.SWITCH_REDUCE:
+            yield from self._switch_reduce(phase, stage, held, label)
         else:
             yield from self._scatter(phase, stage, held * (g - 1) / g, label)
         if scatters or kind is PhaseKind.SCATTER:
@@ -476,6 +483,19 @@ class CollectiveEngine:
         for routes, split in self._ring_routes(tier_index, stage, phase.collapsed):
             for route in routes:
                 processes.append(self.env.process(self.stream(route, load / split, label, hops)))
+        if processes:
+            yield self.env.all_of(processes)
+
+    def _switch_reduce(self, phase: Phase, stage: int, nbytes: float, label: str) -> simpy.events.ProcessGenerator:
+        """All-reduce in the switch: each chip sends its buffer once over all its ports.
+
+        The switch reduces and multicasts the result back (the return path is the switch's, not the
+        chip's egress).
+        """
+        processes = []
+        for routes, split in self._ring_routes(phase.tiers[0], stage, phase.collapsed):
+            for route in routes:
+                processes.append(self.env.process(self.stream(route, nbytes / split, label)))
         if processes:
             yield self.env.all_of(processes)
 

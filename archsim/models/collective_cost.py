@@ -61,7 +61,10 @@ def estimate_s(
     Latency: the launch latencies plus one per-step latency per ring step; bandwidth: the bus bytes
     (``bus_factor * nbytes``) over the slowest tier's per-chip egress times the wire efficiency.
     """
-    inside, across = ring_steps(collective, fabric)
+    if protocol.in_network:  # one step: up to the switch, reduced, and back
+        inside, across, factor = 1, 0, 1.0
+    else:
+        (inside, across), factor = ring_steps(collective, fabric), bus_factor(collective, fabric.num_chips)
     latency = (
         library.launch_latency
         + protocol.launch_latency
@@ -72,14 +75,29 @@ def estimate_s(
         return latency
     egress = min(t.egress_bytes_per_s / t.chips_per_member for t in fabric.tiers)
     efficiency = library.wire_efficiency * protocol.wire_efficiency
-    return latency + bus_factor(collective, fabric.num_chips) * nbytes / (egress * efficiency)
+    return latency + factor * nbytes / (egress * efficiency)
 
 
 def choose_protocol(
-    library: CollectiveLibrarySpec, collective: str, nbytes: float, fabric: Fabric
+    library: CollectiveLibrarySpec, collective: str, nbytes: float, fabric: Fabric, algorithm: Algorithm | None = None
 ) -> tuple[str, Protocol]:
-    """The protocol with the smallest estimate among those allowed at ``nbytes`` (ties: file order)."""
-    allowed = [(n, p) for n, p in library.protocols.items() if p.max_bytes is None or nbytes <= p.max_bytes]
+    """The protocol with the smallest estimate among those allowed at ``nbytes`` (ties: file order).
+
+    An in-network protocol is allowed only for an all-reduce on a fabric whose every tier reduces, by
+    a tier-by-tier algorithm (not the flat ring, not a torus; ``algorithm`` None or auto: the system's).
+    """
+    chosen = fabric.default_algorithm if algorithm in (None, Algorithm.AUTO) else str(algorithm)
+    reduces = (
+        collective == "all-reduce"
+        and chosen in (Algorithm.HIERARCHICAL, Algorithm.TREE)
+        and bool(fabric.tiers)
+        and all(t.link_reduces for t in fabric.tiers)
+    )
+    allowed = [
+        (n, p)
+        for n, p in library.protocols.items()
+        if (p.max_bytes is None or nbytes <= p.max_bytes) and (reduces or not p.in_network)
+    ]
     if not allowed:  # every protocol has a size limit below nbytes: the one with the largest limit
         allowed = [max(library.protocols.items(), key=lambda item: item[1].max_bytes or 0)]
     return min(allowed, key=lambda item: estimate_s(library, item[1], collective, nbytes, fabric))
@@ -107,6 +125,7 @@ def library_fabric(fabric: Fabric, library: CollectiveLibrarySpec, protocol: Pro
                 tier.latency_s,
                 protocol.network_hop_latency if tier.name == "scale-out" else protocol.hop_latency,
             ),
+            in_network_reduction=protocol.in_network and tier.link_reduces,
         )
         for tier in fabric.tiers
     )
@@ -134,13 +153,13 @@ def plan_call(
     algorithm: Algorithm | None = None,
 ) -> CallPlan:
     """The library's plan for one call of ``collective`` on ``nbytes``; ``algorithm`` overrides its rules."""
-    name, protocol = choose_protocol(library, collective, nbytes, fabric)
+    if algorithm in (None, Algorithm.AUTO):
+        algorithm = choose_algorithm(library, nbytes, fabric.nodes)
+    name, protocol = choose_protocol(library, collective, nbytes, fabric, algorithm)
     return CallPlan(
         library=library.name,
         protocol=name,
-        algorithm=(
-            algorithm if algorithm not in (None, Algorithm.AUTO) else choose_algorithm(library, nbytes, fabric.nodes)
-        ),
+        algorithm=algorithm,
         fabric=library_fabric(fabric, library, protocol),
         fixed_s=library.launch_latency + protocol.launch_latency,
         chunk_bytes=protocol.chunk,

@@ -60,6 +60,10 @@ class Tier:
     """POOLED: ports per member. RING: links per member towards its next neighbour, per direction."""
     torus: bool = False
     """True for a dimension of a torus level."""
+    link_reduces: bool = False
+    """The tier's switch can reduce in the network (its link's ``in_network_reduction``)."""
+    in_network_reduction: bool = False
+    """A collective library uses that reduction here (set by its plan, never by the system alone)."""
     open_line: bool = False
     """A torus dimension without wraparound (a line): its ring is laid along the line, out on one
     direction of every link and back on the other, so it has one direction, and a ring step mostly
@@ -193,6 +197,7 @@ def _level_tiers(
             lanes=lanes,
             torus=torus,
             open_line=line,
+            link_reduces=link.in_network_reduction and kind is TierKind.POOLED and level.topology is Topology.SWITCH,
         )
 
     order = tuple(range(level.size))

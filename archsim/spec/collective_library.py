@@ -11,7 +11,9 @@ XLA's collectives on ICI) decides how a collective uses it, and that costs time 
   what the library moves that is payload: NCCL's LL protocol sends a 4-byte flag with every 4 bytes of
   data), a ``launch_latency`` of its own, a per-step latency inside a node (``hop_latency``) and across
   the scale-out fabric (``network_hop_latency``), and the ``chunk`` a ring step is pipelined in. A
-  protocol with ``max_bytes`` is only considered up to that size. Like NCCL's tuner, the library picks,
+  protocol with ``max_bytes`` is only considered up to that size; one with ``in_network: true`` reduces
+  in the switches and is only considered for an all-reduce on switches that offer it (a link file's
+  ``in_network_reduction: true``; NVLink SHARP on NVSwitch 3). Like NCCL's tuner, the library picks,
   for each call, the protocol its alpha-beta estimate says is fastest
   (:func:`archsim.models.collective_cost.choose_protocol`).
 * ``algorithms``: rules, first match wins, naming the algorithm per call: ``{algorithm: tree,
@@ -46,6 +48,9 @@ class Protocol(Spec):
     """Bytes a ring step is pipelined in (the library's buffer slot)."""
     max_bytes: Bytes | None = None
     """Largest call the protocol is considered for (None: any)."""
+    in_network: bool = False
+    """The protocol reduces in the switches (NVLink SHARP): only for all-reduce, only where every tier's
+    switch offers it; each chip sends its buffer once and the call takes one step."""
 
 
 class AlgorithmRule(Spec):

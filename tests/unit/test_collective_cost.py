@@ -192,3 +192,30 @@ def test_plan_call_honours_an_explicit_algorithm(library: Library) -> None:
     small = plan_call(nccl, "all-reduce", MIB, one)
     assert small.protocol == "ll"
     assert math.isclose(small.fixed_s, nccl.launch_latency + 3.6e-6)  # NCCL's Ring/LL baseLat
+
+
+def test_in_network_reduction_only_where_the_switch_offers_it(library: Library) -> None:
+    nccl = library.collective_library("nccl")
+    h100 = fabric(library, "dgx-h100")
+    assert all(t.link_reduces for t in h100.tiers)
+    assert not any(t.link_reduces for t in fabric(library, "dgx-a100").tiers)
+    assert choose_protocol(nccl, "all-reduce", GIB, h100)[0] == "nvls"
+    assert choose_protocol(nccl, "all-gather", GIB, h100)[0] != "nvls"
+    assert choose_protocol(nccl, "all-reduce", GIB, h100, Algorithm.RING)[0] != "nvls"
+    assert choose_protocol(nccl, "all-reduce", GIB, fabric(library, "dgx-h100", nodes=2))[0] != "nvls"
+    assert choose_protocol(nccl, "all-reduce", GIB, fabric(library, "dgx-a100"))[0] == "simple"
+
+
+def test_in_network_all_reduce_sends_the_buffer_once(library: Library) -> None:
+    switch = {**FAST, "in_network": True, "wire_efficiency": 0.8, "hop_latency": "20 us", "launch_latency": "0 s"}
+    lib = make_library(protocols={"ring": FAST, "switch": switch})
+    h100 = fabric(library, "dgx-h100")
+    time_s, plan, _ = call_time_s(h100, lib, "all-reduce", GIB)
+    assert plan is not None and plan.protocol == "switch"
+    assert all(t.in_network_reduction for t in plan.fabric.tiers)
+    # 18 ports of 25 GB/s x 0.5 (library) x 0.8 (protocol); one pass; 10 us launch, one 20 us step
+    expected = 10e-6 + GIB / (18 * 25e9 * 0.5 * 0.8) + 20e-6
+    assert time_s == pytest.approx(expected, rel=0.01)
+    assert time_s >= expected * (1 - 1e-9)  # nothing faster than the closed form
+    # the in-network estimate is the same closed form
+    assert estimate_s(lib, lib.protocols["switch"], "all-reduce", GIB, h100) == pytest.approx(expected)
