@@ -219,3 +219,14 @@ def test_in_network_all_reduce_sends_the_buffer_once(library: Library) -> None:
     assert time_s >= expected * (1 - 1e-9)  # nothing faster than the closed form
     # the in-network estimate is the same closed form
     assert estimate_s(lib, lib.protocols["switch"], "all-reduce", GIB, h100) == pytest.approx(expected)
+
+
+def test_torus_runs_every_dimension_at_once(library: Library) -> None:
+    cube = fabric(library, "tpu-v4-pod:4x4x4")
+    # three parts, each in its own dimension order: all six links of a chip busy, 6 x 46.9 GB/s
+    busbw = bus_factor("all-reduce", 64) * GIB / simulate_collective(cube, "all-reduce", GIB, "torus").time_s
+    assert busbw == pytest.approx(6 * 46.9e9, rel=0.02)
+    assert busbw <= sum(t.egress_bytes_per_s for t in cube.tiers)
+    # one dimension at a time (hierarchical on the same torus) uses two links at once
+    one_at_a_time = simulate_collective(cube, "all-reduce", GIB, "hierarchical").time_s
+    assert bus_factor("all-reduce", 64) * GIB / one_at_a_time == pytest.approx(2 * 46.9e9, rel=0.02)
