@@ -129,6 +129,8 @@ def collective(
     from archsim.systems import fabric_for  # systems imports the simulation stack: only when used
 
     fabric = fabric_for(spec, library, nodes, source)
+    if fabric.num_chips < 2:
+        raise UsageError(system, "SYSTEM", "has 1 chip; a collective needs at least 2")
     results = []
     for size in sizes:
         time_s, plan, chosen = call_time_s(fabric, lib, op, size, algorithm, source)

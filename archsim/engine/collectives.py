@@ -105,7 +105,7 @@ def resolve_algorithm(algorithm: str | Algorithm | None, fabric: Fabric, source:
         raise UsageError(source or fabric.system, "--collective", f"{algorithm!r} is not one of {choices}") from None
     if chosen is Algorithm.AUTO:
         chosen = Algorithm(fabric.default_algorithm)
-    if chosen is Algorithm.TORUS and not any(t.torus for t in fabric.tiers):
+    if chosen is Algorithm.TORUS and fabric.num_chips > 1 and not any(t.torus for t in fabric.tiers):
         raise UsageError(
             source or fabric.system, "--collective", f"torus needs a torus level; {fabric.system} has none"
         )

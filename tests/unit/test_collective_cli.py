@@ -110,6 +110,9 @@ def test_a_training_run_on_a_slice(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0, err
     result = json.loads(out)
     assert result["num_chips"] == 4 and result["comm_s"] > 0
+    code, out, err = run_cli(capsys, "run", "tpu-v4-pod:1x1x1", "resnet50", "--mode", "train", "--batch", "8", "--json")
+    assert code == 0, err
+    assert json.loads(out)["num_chips"] == 1
 
 
 def test_training_pays_the_library_costs(tmp_path: Path, library: Library) -> None:
@@ -139,6 +142,7 @@ def test_training_pays_the_library_costs(tmp_path: Path, library: Library) -> No
         (["tpu-v4-pod:32x4x4", "all-reduce", "1MiB"], "slice: larger than the 16x16x16"),
         (["tpu-v4-pod:4x4", "all-reduce", "1MiB"], "slice: expected 3 positive integers"),
         (["dgx-a100:2x2", "all-reduce", "1MiB"], "dgx-a100 is not one torus level"),
+        (["tpu-v4-pod:1x1x1", "all-reduce", "1MiB"], "SYSTEM: has 1 chip; a collective needs at least 2"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str], fragment: str) -> None:
