@@ -8,7 +8,8 @@ protocol and algorithm the library uses and how that changes the links the engin
   (``src/graph/tuning.cc``: ``time = latency + steps * hop latency + bytes / bandwidth``) and takes the
   fastest; :func:`choose_algorithm` applies the library's first matching rule.
 * :func:`library_fabric` gives the fabric as the protocol sees it: every link's bandwidth times the
-  library's and the protocol's ``wire_efficiency``, every hop's latency the larger of the link's and the protocol's
+  protocol's ``wire_efficiency`` (times the library's inside a node: see :func:`tier_efficiency`), every
+  hop's latency the larger of the link's and the protocol's
   per-step latency (the scale-out tier takes ``network_hop_latency``).
 * :func:`plan_call` puts them together in a :class:`CallPlan`; its ``fixed_s`` (the library's and the
   protocol's launch latencies) is paid once per call, before the first byte moves.
@@ -21,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from archsim.models.interconnect import Fabric
+from archsim.models.interconnect import Fabric, Tier
 from archsim.spec.collective_library import CollectiveLibrarySpec, Protocol
 from archsim.spec.system import Algorithm
 
@@ -73,9 +74,19 @@ def estimate_s(
     )
     if not fabric.tiers:
         return latency
-    egress = min(t.egress_bytes_per_s / t.chips_per_member for t in fabric.tiers)
-    efficiency = library.wire_efficiency * protocol.wire_efficiency
-    return latency + factor * nbytes / (egress * efficiency)
+    rate = min(t.egress_bytes_per_s / t.chips_per_member * tier_efficiency(library, protocol, t) for t in fabric.tiers)
+    return latency + factor * nbytes / rate
+
+
+def tier_efficiency(library: CollectiveLibrarySpec, protocol: Protocol, tier: Tier) -> float:
+    """Fraction of a tier's link bandwidth a call's payload reaches.
+
+    The protocol's efficiency everywhere; the library's own only inside a node: it is the cap of the
+    library's data movement on a chip's fast links (NCCL's model caps an A100's bus bandwidth at
+    235 GB/s, which a node's network ports, 25 GB/s per GPU on a DGX A100, never reach).
+    """
+    inside = library.wire_efficiency if tier.name != "scale-out" else 1.0
+    return inside * protocol.wire_efficiency
 
 
 def choose_protocol(
@@ -120,7 +131,7 @@ def library_fabric(fabric: Fabric, library: CollectiveLibrarySpec, protocol: Pro
     tiers = tuple(
         dataclasses.replace(
             tier,
-            link_bytes_per_s=tier.link_bytes_per_s * library.wire_efficiency * protocol.wire_efficiency,
+            link_bytes_per_s=tier.link_bytes_per_s * tier_efficiency(library, protocol, tier),
             latency_s=max(
                 tier.latency_s,
                 protocol.network_hop_latency if tier.name == "scale-out" else protocol.hop_latency,

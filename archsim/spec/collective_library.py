@@ -5,8 +5,9 @@ XLA's collectives on ICI) decides how a collective uses it, and that costs time 
 
 * ``launch_latency``: paid once per collective call (kernel launch, the start handshake between ranks).
 * ``wire_efficiency``: the fraction of a link's bandwidth the library's data movement reaches at all
-  (NCCL's kernels copy through the GPU's SMs; NCCL's own model caps an A100's bus bandwidth at 235 of
-  300 GB/s). Each protocol multiplies it by its own.
+  inside a node (NCCL's kernels copy through the GPU's SMs; NCCL's own model caps an A100's bus
+  bandwidth at 235 of 300 GB/s, a cap the scale-out fabric's ports never reach). Each protocol
+  multiplies it by its own, on every tier.
 * ``protocols``: the wire formats the library can use. Each has a ``wire_efficiency`` (the fraction of
   what the library moves that is payload: NCCL's LL protocol sends a 4-byte flag with every 4 bytes of
   data), a ``launch_latency`` of its own, a per-step latency inside a node (``hop_latency``) and across
