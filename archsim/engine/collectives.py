@@ -39,175 +39,56 @@ depth, plus the sibling that shares its parent's ingress port).
 
 from __future__ import annotations
 
-import enum
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import simpy
 
+from archsim.engine.lanes import DEFAULT_CHUNK_BYTES, MAX_CHUNKS, LaneMap
 from archsim.engine.network import RepNetwork, Route, send
+from archsim.engine.plans import (
+    Collective,
+    Phase,
+    PhaseKind,
+    group_size,
+    input_bytes,
+    plan,
+    resolve_algorithm,
+    torus_parts,
+)
 from archsim.engine.trees import TreePorts
-from archsim.errors import LimitError, UsageError
+from archsim.errors import LimitError
 from archsim.models.interconnect import Fabric, TierKind
-from archsim.models.placement import Placement, place
+from archsim.models.placement import place
 from archsim.spec.system import Algorithm
 
-DEFAULT_CHUNK_BYTES = 512 * 2**10
-"""Pipelining chunk (512 KiB, the slot size of NCCL's default 4 MiB buffer over its 8 steps)."""
-MAX_CHUNKS = 16
-"""Most chunks a ring step is cut into; larger steps use larger chunks (bounds the event count)."""
+__all__ = [
+    "DEFAULT_CHUNK_BYTES",
+    "MAX_CHUNKS",
+    "MAX_FLAT_RING_HOPS",
+    "Collective",
+    "CollectiveEngine",
+    "CollectiveOutcome",
+    "check_flat_ring_budget",
+    "plan",
+    "resolve_algorithm",
+    "simulate_collective",
+]
+
 MAX_FLAT_RING_HOPS = 1_000_000
 """Most flat-ring hops (steps x rings x tiers x chunks) one step may simulate (some seconds): the flat
 ring takes a step per chip, where the hierarchical, torus and tree algorithms take steps per tier."""
 
 
-class Collective(enum.StrEnum):
-    """The collectives the engine simulates."""
-
-    ALL_REDUCE = "all-reduce"
-    REDUCE_SCATTER = "reduce-scatter"
-    ALL_GATHER = "all-gather"
-    BROADCAST = "broadcast"
-    ALL_TO_ALL = "all-to-all"
-
-
-class PhaseKind(enum.StrEnum):
-    """What one phase does at its tier."""
-
-    REDUCE_SCATTER = "rs"
-    ALL_GATHER = "ag"
-    TREE_REDUCE = "reduce"
-    TREE_BROADCAST = "bcast"
-    SCATTER = "scatter"
-    FLAT_REDUCE_SCATTER = "flat-rs"
-    FLAT_ALL_GATHER = "flat-ag"
-    EXCHANGE = "exchange"
-    SWITCH_REDUCE = "switch-reduce"
-
-
-@dataclass(frozen=True)
-class Phase:
-    """One step of a collective's plan."""
-
-    kind: PhaseKind
-    tiers: tuple[int, ...]
-    collapsed: frozenset[int] = frozenset()
-    """Lower tiers reduced onto a root by a tree: only their root chips take part."""
-
-
-def resolve_algorithm(algorithm: str | Algorithm | None, fabric: Fabric, source: str = "") -> Algorithm:
-    """The algorithm to run: ``auto``/None picks the system's default; ``torus`` needs a torus tier."""
-    try:
-        chosen = Algorithm(algorithm or Algorithm.AUTO)
-    except ValueError:
-        choices = ", ".join(a.value for a in Algorithm)
-        raise UsageError(source or fabric.system, "--collective", f"{algorithm!r} is not one of {choices}") from None
-    if chosen is Algorithm.AUTO:
-        chosen = Algorithm(fabric.default_algorithm)
-    if chosen is Algorithm.TORUS and fabric.num_chips > 1 and not any(t.torus for t in fabric.tiers):
-        raise UsageError(
-            source or fabric.system, "--collective", f"torus needs a torus level; {fabric.system} has none"
-        )
-    return chosen
-
-
-def torus_parts(collective: Collective, algorithm: Algorithm, placement: Placement) -> int:
-    """Parts a torus collective runs in at once.
-
-    One per active dimension when every active tier is a torus dimension (reduce-scatter, all-gather,
-    all-reduce); else 1.
-    """
-    active = [g for g in placement.tiers if g.group > 1]
-    reduces = collective in (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.ALL_GATHER)
-    if algorithm is Algorithm.TORUS and reduces and len(active) > 1 and all(g.tier.torus for g in active):
-        return len(active)
-    return 1
-
-
-def plan(collective: Collective, algorithm: Algorithm, placement: Placement, rotation: int = 0) -> list[Phase]:
-    """The phases of ``collective`` with ``algorithm`` over the data-parallel groups of ``placement``.
-
-    ``rotation`` starts a torus plan at that active tier (the order of :func:`torus_parts`' parts).
-    """
-    active = [g.index for g in placement.tiers if g.group > 1]
-    if not active:
-        return []
-    if rotation:
-        active = active[rotation:] + active[:rotation]
-    if collective is Collective.ALL_TO_ALL:  # dimension by dimension, whatever the all-reduce algorithm
-        return [Phase(PhaseKind.EXCHANGE, (t,)) for t in active]
-    if algorithm is Algorithm.RING and collective is not Collective.BROADCAST:
-        rs, ag = Phase(PhaseKind.FLAT_REDUCE_SCATTER, tuple(active)), Phase(PhaseKind.FLAT_ALL_GATHER, tuple(active))
-        return {Collective.ALL_REDUCE: [rs, ag], Collective.REDUCE_SCATTER: [rs], Collective.ALL_GATHER: [ag]}[
-            collective
-        ]
-    tree = algorithm is Algorithm.TREE
-
-    def pooled(index: int) -> bool:
-        return placement.tiers[index].tier.kind is TierKind.POOLED
-
-    if collective is Collective.BROADCAST:
-        everything = frozenset(active)
-        phases: list[Phase] = []
-        for t in reversed(active):
-            below = frozenset(u for u in everything if u != t)
-            if tree and pooled(t):
-                phases.append(Phase(PhaseKind.TREE_BROADCAST, (t,), below))
-            else:
-                phases += [Phase(PhaseKind.SCATTER, (t,), below), Phase(PhaseKind.ALL_GATHER, (t,), below)]
-        return phases
-    up: list[Phase] = []
-    down: list[Phase] = []
-    collapsed: frozenset[int] = frozenset()
-    for t in active:
-        if collective is Collective.ALL_REDUCE and placement.tiers[t].tier.in_network_reduction:
-            up.append(Phase(PhaseKind.SWITCH_REDUCE, (t,), collapsed))
-        elif tree and pooled(t) and collective is Collective.ALL_REDUCE:
-            up.append(Phase(PhaseKind.TREE_REDUCE, (t,), collapsed))
-            down.insert(0, Phase(PhaseKind.TREE_BROADCAST, (t,), collapsed))
-            collapsed = collapsed | {t}
-        else:
-            up.append(Phase(PhaseKind.REDUCE_SCATTER, (t,), collapsed))
-            down.insert(0, Phase(PhaseKind.ALL_GATHER, (t,), collapsed))
-    return {Collective.ALL_REDUCE: up + down, Collective.REDUCE_SCATTER: up, Collective.ALL_GATHER: down}[collective]
-
-
-def input_bytes(collective: Collective, phases: list[Phase], placement: Placement, nbytes: float) -> float:
-    """Bytes each chip holds when the first phase starts (a shard for all-gather, else everything)."""
-    if collective is not Collective.ALL_GATHER:
-        return nbytes
-    shrink = math.prod(_group(placement, p.tiers) for p in phases)
-    return nbytes / shrink
-
-
-def _group(placement: Placement, tiers: tuple[int, ...]) -> int:
-    return math.prod(placement.tiers[t].group for t in tiers)
-
-
 @dataclass
-class CollectiveEngine:
+class CollectiveEngine(LaneMap):
     """Runs collectives of one placement on a representative network, chunked."""
 
-    net: RepNetwork
-    placement: Placement
-    chunk_bytes: float = DEFAULT_CHUNK_BYTES
-    max_chunks: int = MAX_CHUNKS
     launch_s: float = 0.0
     """Fixed latency of every call (the collective library's launch), before the first byte moves."""
     records: list[tuple[str, int, float, float, float]] = field(default_factory=list)
     """(name, stage, bytes, start_s, end_s) of every collective run."""
-
-    @property
-    def env(self) -> simpy.Environment:
-        """The environment the network lives in."""
-        return self.net.env
-
-    def chunks(self, nbytes: float) -> int:
-        """Chunks a transfer of ``nbytes`` is pipelined in."""
-        if nbytes <= 0:
-            return 1
-        return max(1, min(self.max_chunks, math.ceil(nbytes / self.chunk_bytes)))
 
     def run(
         self, collective: Collective, algorithm: Algorithm, nbytes: float, stage: int = 0, name: str = ""
@@ -236,7 +117,7 @@ class CollectiveEngine:
 
     def _phase(self, phase: Phase, stage: int, held: float, label: str) -> simpy.events.ProcessGenerator:
         """Run one phase; returns the bytes each taking-part chip holds afterwards."""
-        g = _group(self.placement, phase.tiers)
+        g = group_size(self.placement, phase.tiers)
         kind = phase.kind
         scatters = kind in (PhaseKind.REDUCE_SCATTER, PhaseKind.FLAT_REDUCE_SCATTER)
         step_bytes = held / g if scatters else held
@@ -259,79 +140,6 @@ class CollectiveEngine:
         if kind in (PhaseKind.ALL_GATHER, PhaseKind.FLAT_ALL_GATHER):
             return held * g
         return held
-
-    @staticmethod
-    def lane_name(kind: TierKind, lanes: int, index: int) -> str:
-        """Name of lane ``index`` of a member: ``outI`` of a port pool, ``+I``/``-I`` of a ring."""
-        if kind is TierKind.POOLED:
-            return f"out{index}"
-        return f"+{index}" if index < lanes else f"-{index - lanes}"
-
-    def _ports(self, tier_index: int, stage: int, collapsed: frozenset[int]) -> list[tuple[str, list[int], int]]:
-        """The chips of ``stage`` that represent the member at a tier, each with the lanes simulated for it.
-
-        Returns (member name, lane indices, channels) per representative chip: the chip's data is split
-        over ``channels`` lanes, of which those listed are simulated. A chip drives an equal share of its
-        member's lanes; when the member's taking-part chips (of every stage) outnumber the lanes, they
-        take turns on them (round robin). Lanes that carry the same mix of stages are identical by
-        symmetry, so only the first lane of each mix is simulated, with all of its users: the users
-        queue for it transfer by transfer, and every other lane of the mix does the same.
-        """
-        groups = self.placement.tiers[tier_index]
-        tier = groups.tier
-        lanes = tier.lanes * tier.directions
-        if groups.stride > 1:  # the pipeline tier: each stage's chip is its own representative
-            return [(f"chip{stage}", list(range(lanes)), lanes)]
-        member = groups.member_of(stage)
-        stage_of = groups.member_stages[member]
-        everyone = self.placement.active_chips(tier_index, member, collapsed, None)
-        per_chip = max(1, lanes // max(1, len(everyone)))
-        users: dict[int, list[int]] = {}
-        for position in range(len(everyone)):
-            for r in range(per_chip):
-                users.setdefault((position * per_chip + r) % lanes, []).append(position)
-        first_of_mix: dict[tuple[int, ...], int] = {}
-        for lane in sorted(users):
-            first_of_mix.setdefault(tuple(sorted(stage_of[everyone[p]] for p in users[lane])), lane)
-        return [
-            (f"m{member}", [lane], per_chip)
-            for lane in sorted(first_of_mix.values())
-            for position in users[lane]
-            if stage_of[everyone[position]] == stage
-        ]
-
-    def _ring_routes(self, tier_index: int, stage: int, collapsed: frozenset[int]) -> list[tuple[list[Route], int]]:
-        """Ring channels (one route each) of the representative chips of ``stage`` at a tier.
-
-        Each entry is (the routes simulated for one chip, the channels its data is split over).
-        """
-        groups = self.placement.tiers[tier_index]
-        tier = groups.tier
-        if groups.stride > 1 and tier.kind is TierKind.RING:
-            routes = self._stride_routes(tier_index, stage)
-            return [(routes, len(routes))]
-        return [
-            (
-                [self.net.route(tier_index, [f"{member} {self.lane_name(tier.kind, tier.lanes, i)}"]) for i in indices],
-                split,
-            )
-            for member, indices, split in self._ports(tier_index, stage, collapsed)
-        ]
-
-    def _stride_routes(self, tier_index: int, stage: int) -> list[Route]:
-        """Ring channels of ``stage`` on a ring pipeline tier.
-
-        A hop to the next chip of the same stage crosses every other stage's chip in between, holding
-        all their links at once (cut-through).
-        """
-        groups = self.placement.tiers[tier_index]
-        tier, stages = groups.tier, groups.stride
-        routes = []
-        for i in range(tier.lanes):
-            for sign, direction in ((1, "+"), (-1, "-")):
-                chips = [(stage + sign * k) % stages for k in range(stages)]
-                routes.append(self.net.route(tier_index, [f"chip{c} {direction}{i}" for c in chips], hops=stages))
-        return routes
 
     def _rings(
         self, phase: Phase, stage: int, steps: int, step_bytes: float, label: str
@@ -422,7 +230,7 @@ class CollectiveEngine:
         """Hops one flat-ring phase simulates (steps x simulated rings x tiers x chunks)."""
         widths = [len(routes) for routes in self._flat_routes(phase, stage)]
         rings, simulated = self._ring_classes(widths)
-        steps = _group(self.placement, phase.tiers) - 1
+        steps = group_size(self.placement, phase.tiers) - 1
         return steps * len(simulated) * len(widths) * self.chunks(step_bytes / rings)
 
     def _flat_rings(
@@ -475,7 +283,7 @@ class CollectiveEngine:
         hops = 0
         for phase in phases:
             if phase.kind in (PhaseKind.FLAT_REDUCE_SCATTER, PhaseKind.FLAT_ALL_GATHER):
-                g = _group(self.placement, phase.tiers)
+                g = group_size(self.placement, phase.tiers)
                 step = held / g if phase.kind is PhaseKind.FLAT_REDUCE_SCATTER else held
                 hops += self.flat_ring_hops(phase, stage, step)
                 held = held / g if phase.kind is PhaseKind.FLAT_REDUCE_SCATTER else held * g
@@ -530,13 +338,6 @@ class CollectiveEngine:
                 processes.append(self.env.process(self.stream(route, nbytes / split, label)))
         if processes:
             yield self.env.all_of(processes)
-
-    def stream(self, route: Route, nbytes: float, label: str, hops: int = 1) -> simpy.events.ProcessGenerator:
-        """Process: send ``nbytes`` over ``route`` in chunks, then wait ``hops`` latencies for the last one."""
-        chunks = self.chunks(nbytes)
-        for _ in range(chunks):
-            yield from send(self.env, route, nbytes / chunks, label)
-        yield self.env.timeout(route.latency_s * hops)
 
     def _tree(self, phase: Phase, stage: int, nbytes: float, label: str, reduce: bool) -> simpy.events.ProcessGenerator:
         """A double binary tree at a switched tier, simulated along one root-to-leaf path.
