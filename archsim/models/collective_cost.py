@@ -8,9 +8,9 @@ protocol and algorithm the library uses and how that changes the links the engin
   (``src/graph/tuning.cc``: ``time = latency + steps * hop latency + bytes / bandwidth``) and takes the
   fastest; :func:`choose_algorithm` applies the library's first matching rule.
 * :func:`library_fabric` gives the fabric as the protocol sees it: every link's bandwidth times the
-  protocol's ``wire_efficiency`` (times the library's inside a node: see :func:`tier_efficiency`), every
-  hop's latency the larger of the link's and the protocol's
-  per-step latency (the scale-out tier takes ``network_hop_latency``).
+  protocol's ``wire_efficiency`` (times the library's inside a node: see :func:`tier_efficiency`),
+  every hop's latency the larger of the link's and the protocol's per-step latency (the scale-out
+  tier takes ``network_hop_latency``); tiers whose switch reduces are marked for an in-network protocol.
 * :func:`plan_call` puts them together in a :class:`CallPlan`; its ``fixed_s`` (the library's and the
   protocol's launch latencies) is paid once per call, before the first byte moves.
 
@@ -60,7 +60,8 @@ def estimate_s(
     """The library's own alpha-beta estimate of a call with ``protocol`` (used to rank protocols).
 
     Latency: the launch latencies plus one per-step latency per ring step; bandwidth: the bus bytes
-    (``bus_factor * nbytes``) over the slowest tier's per-chip egress times the wire efficiency.
+    (``bus_factor * nbytes``) over the slowest tier's per-chip egress times its efficiency. An
+    in-network protocol takes one step and sends the buffer once.
     """
     if protocol.in_network:  # one step: up to the switch, reduced, and back
         inside, across, factor = 1, 0, 1.0
