@@ -14,7 +14,6 @@ from archsim.cli import positive_int
 from archsim.errors import UnitError
 from archsim.results.records import RunResult
 from archsim.results.timeline import write_timeline
-from archsim.spec.common import StreamingMemory
 from archsim.systems import simulate_system
 from archsim.units import format_bytes, format_time, parse_bytes
 
@@ -51,14 +50,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--no-overlap", action="store_true", help="all-reduce gradients after the backward pass, not during it"
-    )
-    group.add_argument(
-        "--streaming-memory",
-        choices=[s.value for s in StreamingMemory],
-        default=StreamingMemory.NONE.value,
-        help="IPUs: what may live in streaming memory instead of In-Processor Memory: none (default, as "
-        "Poplar: a step that does not fit is refused), optimizer-state (offloaded, streamed for the update) "
-        "or all (every op streams what does not fit)",
     )
     group.add_argument(
         "--timeline", default=None, metavar="FILE", help="write a Chrome/Perfetto trace-event JSON of the step"

@@ -116,6 +116,17 @@ def test_cli_refuses_in_one_line_and_reports_on_chip_memory(capsys: pytest.Captu
     assert " in streaming memory\n" in out
 
 
+def test_plots_and_reports_take_the_option(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    argv = ["gc200", "resnet50", "--mode", "train", "--batch", "32"]
+    code, _, err = run_cli(capsys, "plot", "breakdown", *argv, "--out", str(tmp_path / "a.html"))
+    assert code == 2 and "of In-Processor Memory" in err
+    code, _, err = run_cli(
+        capsys, "report", "run", *argv, "--streaming-memory", "all", "--out", str(tmp_path / "b.html")
+    )
+    assert code == 0, err
+    assert "ipu-in-processor-memory" in (tmp_path / "b.html").read_text()
+
+
 def test_cli_json_and_summary_of_a_null_scaling(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["run", "ipu-m2000", "bert-base", "--mode", "train", "--batch", "4", "--pipeline-stages", "4"]
     code, out, err = run_cli(capsys, *argv, "--json")
