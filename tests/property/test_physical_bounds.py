@@ -2,7 +2,8 @@
 
 A run either gives physically possible numbers -- scaling efficiency null or within (0, 1],
 utilization within (0, 1], throughput never above ``num_chips x peak / FLOPs per sample``, no op
-faster than its roofline -- or is refused in one line by an :class:`~archsim.errors.ArchsimError`.
+faster than its roofline, nothing streamed on an IPU whose step fits In-Processor Memory -- or is
+refused in one line by an :class:`~archsim.errors.ArchsimError`.
 """
 
 from __future__ import annotations
@@ -80,6 +81,9 @@ def check_physical(result: RunResult) -> None:
         assert layer.end_s - layer.start_s >= layer.roofline_s * (1 - 1e-12), layer.name
     assert result.memory_bytes <= result.memory_capacity_bytes
     assert result.streaming_memory_bytes <= chip.memory.main.capacity
+    if chip.ipu is not None and result.streaming_memory_bytes == 0:
+        # a step that fits In-Processor Memory moves nothing from streaming memory (an IPU op's bytes)
+        assert all(layer.bytes == 0 for layer in result.layers)
 
 
 @settings(max_examples=30, deadline=None, database=None)
