@@ -95,9 +95,9 @@ def simulate(
     :class:`~archsim.errors.ArchsimError` subclasses naming the argument. ``fusion`` (``none`` or
     ``norm-act``) and ``recompute`` say how the framework runs the graph
     (:class:`~archsim.workloads.options.TraceOptions`). ``streaming_memory`` (``none``,
-    ``optimizer-state`` or ``all``; IPUs only) says what may live in streaming memory instead of
-    In-Processor Memory (:mod:`archsim.memory_fit`); a step that does not fit is refused with
-    :class:`~archsim.errors.CapacityError` naming the largest batch that fits.
+    ``optimizer-state`` or ``all``) says what an IPU may keep in streaming memory instead of
+    In-Processor Memory (:mod:`archsim.memory_fit`; other chips ignore it); a step that does not fit
+    is refused with :class:`~archsim.errors.CapacityError` naming the largest batch that fits.
 
     ``target`` may also be a multi-chip system (``interconnect/systems/``); the keyword arguments
     then spread the workload over it (see :func:`archsim.systems.simulate_system`, where they are

@@ -97,14 +97,14 @@ def memory_name(chip: ChipSpec, streaming: StreamingMemory) -> str:
 
 def largest_fitting(fits_batch: Callable[[int], bool], below: int) -> int:
     """The largest batch in ``1 .. below - 1`` for which ``fits_batch`` holds (0: none); memory grows with batch."""
-    low, high = 0, below  # fits_batch(low) is taken to hold, fits_batch(high) not
+    low, high = 0, below  # bisection: every batch up to low fits (none when 0), high does not
     while high - low > 1:
         mid = (low + high) // 2
         if fits_batch(mid):
             low = mid
         else:
             high = mid
-    return low if low == 0 or fits_batch(low) else 0
+    return low
 
 
 @dataclass(frozen=True, slots=True)
