@@ -12,7 +12,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from archsim import simulate
+from archsim import plots, simulate
 from archsim.cli import main
 from archsim.errors import CapacityError
 from archsim.memory_fit import largest_fitting
@@ -96,6 +96,9 @@ def test_no_one_chip_reference_gives_a_null_scaling_efficiency(library: Library)
     assert result.scaling_note.startswith("one gc200 cannot hold bert-base at micro-batch 1: it needs")
     dgx = simulate("dgx1", "bert-base", mode="train", batch=8, pipeline_stages=4, seq_len=128, library=library)
     assert dgx.scaling_efficiency is not None and 0 < dgx.scaling_efficiency <= 1 and dgx.scaling_note is None
+    page = plots.run_report(result, library)
+    assert '<tr data-field="scaling_efficiency"><th>scaling efficiency</th>' in page
+    assert "n/a: one gc200 cannot hold bert-base at micro-batch 1" in page
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
