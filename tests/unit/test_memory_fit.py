@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from archsim import plots, simulate
+from archsim.baseline.runs import parse_run, record_run
 from archsim.cli import main
 from archsim.errors import CapacityError
 from archsim.memory_fit import largest_fitting
@@ -167,3 +168,10 @@ def test_a_sweep_axis_asks_for_streaming_memory(tmp_path: Path) -> None:
 def test_largest_fitting_is_the_largest_batch_below_that_fits(limit: int, below: int) -> None:
     expected = max([b for b in range(1, below) if b <= limit], default=0)
     assert largest_fitting(lambda b: b <= limit, below) == expected
+
+
+def test_a_baseline_run_asks_for_streaming_memory(library: Library) -> None:
+    plain = record_run(parse_run("gc200:resnet50:mode=train,batch=16"), library, keep_errors=True)
+    assert plain.error is not None and "of In-Processor Memory" in plain.error
+    streamed = record_run(parse_run("gc200:resnet50:mode=train,batch=16,streaming_memory=all"), library, False)
+    assert streamed.error is None and streamed.values
