@@ -96,8 +96,16 @@ def memory_name(chip: ChipSpec, streaming: StreamingMemory) -> str:
 
 
 def largest_fitting(fits_batch: Callable[[int], bool], below: int) -> int:
-    """The largest batch in ``1 .. below - 1`` for which ``fits_batch`` holds (0: none); memory grows with batch."""
-    low, high = 0, below  # bisection: every batch up to low fits (none when 0), high does not
+    """The largest batch in ``1 .. below - 1`` for which ``fits_batch`` holds (0: none); memory grows with batch.
+
+    Doubling from 1, then bisecting: about ``2 log2(answer)`` calls, however large ``below`` is.
+    """
+    if below <= 1 or not fits_batch(1):
+        return 0
+    low, high = 1, 2  # every batch up to low fits, high does not (once the doubling stops)
+    while high < below and fits_batch(high):
+        low, high = high, 2 * high
+    high = min(high, below)
     while high - low > 1:
         mid = (low + high) // 2
         if fits_batch(mid):
