@@ -143,13 +143,21 @@ def simulate(
     if run_precision not in chip.peak:
         supported = ", ".join(p.value for p in chip.precisions)
         raise UsageError(chip.name, "--precision", f"{run_precision.value} is not supported (supported: {supported})")
-
-    def rebuild(size: int, again: bool) -> Trace:
-        return build_trace(workload, library, run_mode, size, run_precision, seq_len, replace(options, recompute=again))
-
+    rebuild = rebuilder(workload, library, run_mode, run_precision, seq_len, options)
     trace = build_trace(workload, library, run_mode, batch, run_precision, seq_len, options)
     trace = default_batch_trace(chip, streaming, trace, batch, rebuild)
     return run_trace(resolved, trace, library, streaming=streaming, rebuild=rebuild if "model" in trace.meta else None)
+
+
+def rebuilder(
+    workload: str, library: Library, mode: Mode, precision: Precision, seq_len: int | None, options: TraceOptions
+) -> Callable[[int, bool], Trace]:
+    """``rebuild(batch, recompute)``: ``workload``'s trace at another batch, with or without recomputation."""
+
+    def rebuild(batch: int, recompute: bool) -> Trace:
+        return build_trace(workload, library, mode, batch, precision, seq_len, replace(options, recompute=recompute))
+
+    return rebuild
 
 
 def default_batch_trace(

@@ -20,10 +20,10 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from archsim import memory_fit
-from archsim.api import _choice, default_batch_trace, simulate, trace_options
+from archsim.api import _choice, default_batch_trace, rebuilder, simulate, trace_options
 from archsim.engine.collectives import DEFAULT_CHUNK_BYTES, resolve_algorithm
 from archsim.engine.network import Lane
 from archsim.engine.parallel import (
@@ -205,13 +205,7 @@ def run_system(
     # a bad --pipeline-stages is refused before any trace is built
     place(fabric_for(system, library, options.nodes, source), options.pipeline_stages, source)
     trace, microbatches = system_trace(system, source, workload, mode, batch, precision, seq_len, library, options)
-    rebuild = None
-    if "model" in trace.meta:
-
-        def rebuild(size: int, again: bool) -> Trace:
-            trace_opts = replace(options.trace, recompute=again)
-            return build_trace(workload, library, mode, size, precision, seq_len, trace_opts)
-
+    rebuild = rebuilder(workload, library, mode, precision, seq_len, options.trace) if "model" in trace.meta else None
     return replay_system(system, source, trace, microbatches, library, options, record, rebuild=rebuild)
 
 
@@ -282,11 +276,8 @@ def _data_parallel_trace(
     options: ParallelOptions,
 ) -> Trace:
     """The per-chip trace; the default batch is halved until it fits, as on one chip."""
-
-    def rebuild(size: int, again: bool) -> Trace:
-        return build_trace(workload, library, mode, size, precision, seq_len, replace(options.trace, recompute=again))
-
     trace = build_trace(workload, library, mode, batch, precision, seq_len, options.trace)
+    rebuild = rebuilder(workload, library, mode, precision, seq_len, options.trace)
     trace = default_batch_trace(chip, options.streaming, trace, batch, rebuild)
     check_trace_ops(len(trace.ops), trace.name)
     return trace
