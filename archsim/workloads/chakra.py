@@ -40,6 +40,7 @@ from typing import Any
 
 from archsim.errors import LimitError, SpecError, UsageError
 from archsim.limits import MAX_DIM, MAX_INT, MAX_MODEL_FILE_BYTES, MAX_TRACE_OPS
+from archsim.outfile import write_file
 from archsim.spec.common import Precision
 from archsim.workloads.onnx_import.load import read_model_bytes
 from archsim.workloads.trace import ConvShape, Gemm, Mode, Op, OpKind, Phase, Role, TensorAccess, Trace
@@ -250,7 +251,7 @@ def chakra_bytes(trace: Trace) -> bytes:
 
 def write_chakra(trace: Trace, path: str | os.PathLike[str]) -> None:
     """Write ``trace`` as a Chakra ET; :func:`read_chakra` reads it back into an identical trace."""
-    Path(path).write_bytes(chakra_bytes(trace))
+    write_file(path, chakra_bytes(trace))
 
 
 # -- reading ---------------------------------------------------------------------------------------
