@@ -62,6 +62,10 @@ def validation_scatter(report: ValidationReport, band: float = 0.10) -> go.Figur
     return figure
 
 
+_HTML_OPTIONS = {"include_plotlyjs": True, "full_html": True, "div_id": "archsim-figure"}
+"""A fixed div id: plotly draws a random one, and the same figure must give the same file."""
+
+
 def write_html(figure: go.Figure, path: str | Path) -> None:
     """Write a self-contained HTML file (plotly.js embedded), atomically: temp file, then rename."""
-    write_file(path, lambda temporary: figure.write_html(str(temporary), include_plotlyjs=True, full_html=True))
+    write_file(path, lambda temporary: figure.write_html(str(temporary), **_HTML_OPTIONS))
