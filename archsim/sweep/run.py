@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from archsim.errors import UsageError
-from archsim.spec.library import ENV_VAR
+from archsim.spec.library import ENV_VAR, Library
 from archsim.spec.sweep import SweepSpec
 from archsim.sweep.executors import EXECUTORS, default_jobs, max_jobs, run_dask, run_local
-from archsim.sweep.expand import Task, iter_configurations, task_key, tasks, variant
+from archsim.sweep.expand import Configuration, Task, iter_configurations, task_key, tasks, variant
 from archsim.sweep.store import ROWS_FILE, TABLE_FILE, RowStore, write_table_atomically
 from archsim.sweep.worker import DESIGN_COLUMNS, RESULT_COLUMNS, SweepContext, worker_library
 
@@ -84,8 +84,9 @@ def plan(
 ) -> Plan:
     """Expand a sweep into its rows.
 
-    With ``check_variants`` every configuration's descriptions are validated first, so that a bad axis
-    value fails at once, in one line, rather than in every row.
+    With ``check_variants`` each distinct axis value is validated first, in the first configuration
+    that has it, so that a bad value fails at once, in one line, rather than in every row (a
+    combination that only fails together is refused in its rows).
     """
     folders = _search_path(search_path)
     spec, source = _load(sweep, folders)
@@ -93,12 +94,21 @@ def plan(
     planned = tasks(spec, source)
     if check_variants:
         library = worker_library(folders)
-        seen = set()
+        seen: set[str] = set()
         for task in planned:
-            if _identity(task) not in seen:
-                seen.add(_identity(task))
-                variant(library, spec, source, task.configuration)
+            _check_new_values(library, spec, source, task.configuration, seen)
     return Plan(context, planned)
+
+
+def _check_new_values(
+    library: Library, spec: SweepSpec, source: str, configuration: Configuration, seen: set[str]
+) -> None:
+    """Validate ``configuration``'s variant if it holds an axis value (or a target) not in ``seen``."""
+    values = [repr((configuration.target, path, value)) for path, value in configuration.values]
+    fresh = [v for v in values or [configuration.target] if v not in seen]
+    if fresh:
+        seen.update(fresh)
+        variant(library, spec, source, configuration)
 
 
 def count(
@@ -121,11 +131,7 @@ def count(
     configurations = stored = 0
     for configuration in iter_configurations(spec, source):
         configurations += 1
-        values = [json.dumps([configuration.target, pair], default=str) for pair in configuration.values]
-        fresh = [v for v in values or [configuration.target] if v not in seen]
-        if fresh:
-            seen.update(fresh)
-            variant(library, spec, source, configuration)
+        _check_new_values(library, spec, source, configuration, seen)
         if have:
             stored += sum(1 for w in entries if task_key(spec, configuration, w) in have)
     return configurations, configurations * len(entries), stored
