@@ -4,6 +4,8 @@ Public interface:
 
 * :func:`build_trace` -- a trace from a model name or alias, a path to a model or trace YAML file,
   an inline ``gemm:MxNxK`` / ``gemm:BxMxNxK``, or an inline ``conv:N,C,H,W,K,R,S[,STRIDE[,PAD]]``;
+* :func:`microbatch_trace` -- one microbatch's trace of a per-replica batch, the same semantics for
+  every source (pipelining and gradient accumulation);
 * :func:`write_trace` / :func:`read_trace` -- trace files (``kind: trace``), exact round trip;
 * ONNX models (``*.onnx``, :mod:`~archsim.workloads.onnx_import`), PyTorch modules
   (:func:`from_torch`, :mod:`~archsim.workloads.torch_import`) and Chakra execution traces
@@ -133,7 +135,8 @@ def _build(
 ) -> tuple[Trace, bool]:
     """:func:`build_trace`, and whether the source's batch is fixed (a file, an inline product).
 
-    With ``fixed_batch_checked`` False, a source of fixed batch is returned whatever ``batch`` asks.
+    With ``fixed_batch_checked`` False, a trace or Chakra file is returned whatever ``batch`` asks
+    (an inline product still refuses any batch but 1: its batch is in its shape).
     """
     for field, enum in (("--mode", Mode), ("--precision", Precision)):
         value = mode if enum is Mode else precision
