@@ -5,11 +5,14 @@ gives it the mode ``open()`` would have and renames it over the target. A write 
 disk, a read-only folder -- leaves neither a partial file nor the temporary one behind, and is raised
 as one :class:`~archsim.errors.UsageError` naming the path and the option that chose it, so the CLI
 prints one line (``FILE: --out: cannot write: No space left on device``) and exits with status 2.
+A target that exists and is neither a regular file nor a folder (``/dev/null``, a FIFO) is written
+in place: a rename would replace the device with a regular file.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -38,6 +41,30 @@ def _mode() -> int:
     return 0o666 & ~mask
 
 
+def _is_special(target: Path) -> bool:
+    """True for an existing target that is not a regular file or a folder (``/dev/null``, a FIFO)."""
+    try:
+        mode = target.stat().st_mode
+    except (OSError, ValueError):
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def _write_in_place(target: Path, content: str | bytes | Callable[[Path], None], field: str) -> None:
+    """Write to a device or FIFO itself: renaming a file over it would replace the device."""
+    try:
+        if callable(content):
+            content(target)
+            return
+        fd = os.open(target, os.O_WRONLY)
+        try:
+            _write_all(fd, content.encode("utf-8") if isinstance(content, str) else content)
+        finally:
+            os.close(fd)
+    except OSError as err:
+        raise cannot_write(target, field, err) from None
+
+
 def write_file(
     path: str | os.PathLike[str], content: str | bytes | Callable[[Path], None], field: str = "--out"
 ) -> None:
@@ -48,6 +75,9 @@ def write_file(
     ``field`` when the file cannot be written; nothing is left behind then.
     """
     target = Path(path)
+    if _is_special(target):
+        _write_in_place(target, content, field)
+        return
     folder = target.parent if str(target.parent) else Path(".")
     try:
         fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)

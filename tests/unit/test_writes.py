@@ -20,8 +20,10 @@ import pytest
 import yaml
 
 from archsim.cli import main
+from archsim.errors import UsageError
+from archsim.outfile import write_file
 
-REAL_WRITE, REAL_REPLACE, REAL_OPEN = os.write, os.replace, os.open
+REAL_WRITE, REAL_OPEN = os.write, os.open
 
 
 def _full_write(fd: int, data: Any) -> int:
@@ -163,3 +165,22 @@ def test_standard_output_on_a_full_device_is_one_line(argv: list[str]) -> None:
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("archsim: error: ") and done.stderr.count("\n") == 1, done.stderr
     assert "No space left on device" in done.stderr
+
+
+@pytest.mark.skipif(not Path("/dev/null").is_char_device(), reason="needs /dev/null")
+def test_a_device_is_written_to_never_replaced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # an atomic rename onto /dev/null would turn it into a regular file (as root: for everyone)
+    replaced: list[str] = []
+
+    def watch(source: Any, target: Any, *args: Any, **kwargs: Any) -> None:
+        replaced.append(str(target))  # and never rename anything onto the device, even before the fix
+        raise OSError(errno.EPERM, "the test refuses to replace a device")
+
+    monkeypatch.setattr(os, "replace", watch)
+    write_file("/dev/null", "discarded")
+    write_file("/dev/null", lambda path: path.write_text("discarded", encoding="utf-8"))
+    assert replaced == []
+    assert Path("/dev/null").is_char_device()
+    if Path("/dev/full").is_char_device():
+        with pytest.raises(UsageError, match="No space left on device"):
+            write_file("/dev/full", "x" * 10)
