@@ -227,14 +227,17 @@ def microbatch_trace(
         own = probe.batch
         count = microbatches if microbatches is not None else (max(1, batch // own) if batch is not None else 1)
         if count * own != (batch if batch is not None else own):
-            inline = is_gemm(workload) or is_conv(workload)
-            hint = "" if inline else f", or --batch {own * count} to take it as one of {count} microbatches"
-            wanted = f"a batch of {batch}" if batch is not None else f"{count} microbatches"
-            raise UsageError(
-                workload,
-                "--microbatches" if batch is None else "--batch",
-                f"holds a fixed batch of {own} and cannot be rebuilt for {wanted}: ask --microbatches 1{hint}",
-            )
+            as_one = f"--batch {own * count} to take it as one of {count} microbatches"
+            if batch is None:
+                inline = is_gemm(workload) or is_conv(workload)
+                fits = "--microbatches 1" + ("" if inline else f", or {as_one}")
+                problem = f"holds a fixed batch of {own} that cannot be split into {count} microbatches: ask {fits}"
+            else:
+                problem = (
+                    f"holds a fixed batch of {own}, not a microbatch of a batch of {batch} in {count}: "
+                    f"ask {as_one}, or --batch {own} alone"
+                )
+            raise UsageError(workload, "--microbatches" if batch is None else "--batch", problem)
         return probe, count
     count = microbatches if microbatches is not None else math.gcd(probe.batch, default_microbatches)
     if probe.batch % count:
