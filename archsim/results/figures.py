@@ -66,6 +66,9 @@ _HTML_OPTIONS = {"include_plotlyjs": True, "full_html": True, "div_id": "archsim
 """A fixed div id: plotly draws a random one, and the same figure must give the same file."""
 
 
-def write_html(figure: go.Figure, path: str | Path) -> None:
-    """Write a self-contained HTML file (plotly.js embedded), atomically: temp file, then rename."""
-    write_file(path, lambda temporary: figure.write_html(str(temporary), **_HTML_OPTIONS))
+def write_html(figure: go.Figure, path: str | Path, field: str = "--out") -> None:
+    """Write a self-contained HTML file (plotly.js embedded), atomically: temp file, then rename.
+
+    A failed write is a UsageError naming ``path`` and ``field`` (the option that gave the path).
+    """
+    write_file(path, lambda temporary: figure.write_html(str(temporary), **_HTML_OPTIONS), field)
