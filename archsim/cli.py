@@ -7,6 +7,7 @@ standard error and exits with status 2; nothing is written to standard output in
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
@@ -102,7 +103,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         handler: Callable[[argparse.Namespace], int] = args.handler
-        return handler(args)
+        code = handler(args)
+        sys.stdout.flush()  # a full device fails here, while the error can still be one line
+        return code
     except ArchsimError as err:
         print(f"archsim: error: {err.line()}", file=sys.stderr)
         return 2
@@ -110,8 +113,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         # the reader (e.g. `| head`) went away: stop quietly, as other Unix tools do
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _discard_stdout()
         return 141
+    except OSError as err:
+        # the environment failed (standard output on a full device, a file that vanished): writes of
+        # files are atomic and raise ArchsimError, so what is left is reported in one line too
+        _discard_stdout()
+        where = err.filename if err.filename is not None else "<stdout>"
+        line = UsageError(os.fsdecode(where), "", f"{err.strerror or err}").line()
+        print(f"archsim: error: {line}", file=sys.stderr)
+        return 2
+
+
+def _discard_stdout() -> None:
+    """Point standard output at the null device, so the exit's flush of what is buffered cannot fail."""
+    # without a file descriptor (captured by a test) there is nothing to flush at exit
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 if __name__ == "__main__":

@@ -88,6 +88,6 @@ def _roof(
     """The roof of a run's chip at its precision: the given figures, else the library's chip's."""
     if peak_flops is None or bandwidth_bytes_per_s is None:
         chip = run_chip(result, library)
-        peak_flops = peak_flops or chip.peak[Precision(result.precision)]
+        peak_flops = peak_flops or chip.peak_flops(Precision(result.precision))
         bandwidth_bytes_per_s = bandwidth_bytes_per_s or chip.memory.main.bandwidth
     return peak_flops, bandwidth_bytes_per_s

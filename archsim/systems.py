@@ -17,7 +17,6 @@ against gradient all-reduces -- are still SimPy resources with discrete transfer
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -50,7 +49,7 @@ from archsim.spec.chip import ChipSpec, Efficiency
 from archsim.spec.common import Fusion, Precision, StreamingMemory
 from archsim.spec.library import Library
 from archsim.spec.system import SystemSpec
-from archsim.workloads import build_trace
+from archsim.workloads import build_trace, microbatch_trace
 from archsim.workloads.memory import resident_bytes
 from archsim.workloads.options import TraceOptions
 from archsim.workloads.pipeline import Stage, split_stages, stage_memory_bytes, sub_trace
@@ -117,7 +116,9 @@ def simulate_system(
     * ``nodes``: copies of the system joined by its scale-out fabric (None: 1).
     * ``pipeline_stages``: chips per pipeline (must divide the system's first tier); the global
       batch is ``batch`` times the data-parallel width ``chips / pipeline_stages``.
-    * ``microbatches``: per step and replica (None: 4 per stage, fewer if the batch is smaller).
+    * ``microbatches``: per step and replica, each of ``batch / microbatches`` samples whatever the
+      source (None: 4 per stage, fewer if the batch does not split; a source of fixed batch, a trace
+      file or an inline product, is one microbatch: see :func:`archsim.workloads.microbatch_trace`).
     * ``schedule``: ``1f1b`` or ``gpipe``; ``collective``: ``auto``, ``ring``, ``tree``,
       ``hierarchical`` or ``torus``; ``bucket_bytes``: gradient bucket size (None: 25 MiB);
       ``overlap``: all-reduce buckets during the backward pass.
@@ -225,14 +226,12 @@ def system_trace(
     microbatches = options.microbatches
     if options.pipeline_stages == 1 and microbatches in (None, 1):
         chip = library.chip(system.chip)
-        trace = _data_parallel_trace(workload, library, mode, batch, precision, seq_len, chip, options)
-        return trace, None
-    if microbatches is None:
-        microbatches = 4 * options.pipeline_stages
-        if batch is not None:
-            microbatches = math.gcd(batch, microbatches)
-    trace = _microbatch_trace(workload, library, mode, batch, precision, seq_len, microbatches, source, options.trace)
-    return trace, microbatches
+        return _data_parallel_trace(workload, library, mode, batch, precision, seq_len, chip, options), None
+    trace, count = microbatch_trace(
+        workload, library, mode, batch, precision, seq_len, microbatches, 4 * options.pipeline_stages, options.trace
+    )
+    check_trace_ops(len(trace.ops), trace.name)
+    return trace, count
 
 
 def replay_system(
@@ -290,31 +289,6 @@ def _data_parallel_trace(
     trace = build_trace(workload, library, mode, batch, precision, seq_len, options.trace)
     rebuild = rebuilder(workload, library, mode, precision, seq_len, options.trace)
     trace = default_batch_trace(chip, options.streaming, trace, batch, rebuild)
-    check_trace_ops(len(trace.ops), trace.name)
-    return trace
-
-
-def _microbatch_trace(
-    workload: str,
-    library: Library,
-    mode: Mode,
-    batch: int | None,
-    precision: Precision,
-    seq_len: int | None,
-    microbatches: int,
-    source: str,
-    options: TraceOptions,
-) -> Trace:
-    """One microbatch's trace (``batch / microbatches`` samples)."""
-    probe = build_trace(workload, library, mode, batch, precision, seq_len, options)
-    if "model" not in probe.meta:  # a trace file or an inline product: its batch is one microbatch
-        check_trace_ops(len(probe.ops), probe.name)
-        return probe
-    if probe.batch % microbatches:
-        raise UsageError(
-            source, "--microbatches", f"the batch of {probe.batch} does not split into {microbatches} microbatches"
-        )
-    trace = build_trace(workload, library, mode, probe.batch // microbatches, precision, seq_len, options)
     check_trace_ops(len(trace.ops), trace.name)
     return trace
 

@@ -20,6 +20,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print one line per description, grouped by kind."""
     library = Library(args.lib)
+    library.entries("chip")  # index the search path first: a folder that fails does so before any output
     for title in [args.kind] if args.kind else list(KINDS):
         print(f"{title}:")
         for entry in library.entries(KINDS[title]):

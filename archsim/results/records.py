@@ -234,7 +234,7 @@ def build_result(
     samples = trace.batch * num_chips
     throughput = samples / step_time_s
     flops = trace.flops * num_chips
-    peak = chip.peak[trace.precision] * num_chips
+    peak = chip.peak_flops(trace.precision) * num_chips
     per_chip = throughput / num_chips
     return RunResult(
         target=target,
@@ -317,7 +317,7 @@ def build_system_result(
         step_time_s=step_time_s,
         throughput=throughput,
         flops=flops,
-        utilization=flops / step_time_s / (chip.peak[trace.precision] * num_chips),
+        utilization=flops / step_time_s / (chip.peak_flops(trace.precision) * num_chips),
         normalized=Normalized.of(per_chip, chip),
         ops_time_s=ops_time_s,
         step_overhead_s=step_overhead_s,

@@ -26,6 +26,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
+from archsim.outfile import write_file
 from archsim.results import run_figures
 from archsim.results.records import RunResult
 from archsim.units import format_bytes, format_time
@@ -141,14 +142,7 @@ def write_report(text: str, path: str | Path) -> None:
 
     A write that fails leaves neither a partial report nor the temporary file behind.
     """
-    target = Path(path)
-    temporary = target.with_name(target.name + ".tmp")
-    try:
-        temporary.write_bytes(text.encode("utf-8"))
-        temporary.replace(target)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
+    write_file(path, text)
 
 
 def run_summary(result: RunResult) -> list[tuple[str, str, Cell]]:

@@ -249,6 +249,19 @@ class ChipSpec(Spec):
         macs = self.macs_per_clock(precision)
         return None if macs is None else 2.0 * macs * self.clock
 
+    def peak_flops(self, precision: Precision) -> float:
+        """The one peak of ``precision`` that everything uses, in FLOP/s: :meth:`derived_peak`.
+
+        The cost models run the matrix unit at the rate its unit counts and clock give, so
+        utilization divides by the same number and can never pass 1. The published ``peak`` is
+        the cited figure, checked against it (within 10%) when the chip is read; a precision with no
+        published peak is not run.
+        """
+        derived = self.derived_peak(precision)
+        if derived is None or precision not in self.peak:
+            raise KeyError(precision)
+        return derived
+
     def macs_per_clock(self, precision: Precision) -> int | None:
         """Whole-chip dense multiply-accumulates per clock at ``precision``, or None if unsupported."""
         if self.tensorcore is not None:

@@ -109,7 +109,7 @@ def design_columns(chip: ChipSpec, result: RunResult) -> dict[str, Any]:
     chips = result.num_chips
     return {
         "chip": chip.name,
-        "peak_flops": chip.peak[Precision(result.precision)] * chips,
+        "peak_flops": chip.peak_flops(Precision(result.precision)) * chips,
         "tdp_w": None if chip.tdp is None else chip.tdp * chips,
         "transistors": chip.transistors,
         "onchip_memory_bytes": onchip_memory_bytes(chip),

@@ -39,7 +39,7 @@ def test_breakdown_sums_each_bound_and_shows_every_layer_once(tpu_run: RunResult
 def test_roofline_places_each_op_under_the_roof(tpu_run: RunResult, library: Library) -> None:
     figure = plots.roofline(tpu_run, library)
     chip = library.chip("tpu-v3")
-    peak, bandwidth = chip.peak[chip.default_precision], chip.memory.main.bandwidth
+    peak, bandwidth = chip.peak_flops(chip.default_precision), chip.memory.main.bandwidth
     roof = next(t for t in figure.data if t.name == "roof")
     assert list(roof.y) == [min(peak, bandwidth * x) for x in roof.x]
     points = [(x, y) for t in figure.data if t.name != "roof" for x, y in zip(t.x, t.y, strict=True)]
