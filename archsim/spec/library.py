@@ -11,6 +11,7 @@ shadows a later one, so a user folder can replace a built-in chip. Every YAML fi
 from __future__ import annotations
 
 import copy
+import difflib
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
@@ -49,6 +50,22 @@ def builtin_roots() -> list[Path]:
     packaged = package / "_library"
     base = packaged if packaged.is_dir() else package.parent
     return [base / folder for folder in BUILTIN_FOLDERS if (base / folder).is_dir()]
+
+
+def suggest(name: str, known: Sequence[str]) -> str:
+    """What to tell a user who typed an unknown ``name``: the closest of ``known``, else where to look.
+
+    Close means :func:`difflib.get_close_matches` over case-folded names (at most three); with no close
+    name, a short list is given whole and a long one is left to ``archsim list``.
+    """
+    by_folded = {n.casefold(): n for n in sorted(known, reverse=True)}
+    close = difflib.get_close_matches(name.casefold(), list(by_folded), n=3, cutoff=0.6)
+    if close:
+        names = [by_folded[c] for c in close]
+        return f"did you mean {' or '.join([', '.join(names[:-1]), names[-1]] if names[:-1] else names)}?"
+    if len(known) <= 12:
+        return f"known: {', '.join(known) or 'none'}"
+    return "`archsim list` shows the known names"
 
 
 class Entry:
@@ -118,6 +135,10 @@ class Library:
         seen = {id(e): e for (k, _), e in self._index.items() if k == kind}
         return sorted(seen.values(), key=lambda e: e.name)
 
+    def kinds(self) -> set[str]:
+        """Every ``kind`` of description on the search path."""
+        return {kind for kind, _ in self._index}
+
     def find(self, kinds: Iterable[str], name: str) -> Entry:
         """The entry for a name (or alias, or file path) of one of ``kinds``."""
         kinds = tuple(kinds)
@@ -130,8 +151,12 @@ class Library:
         for kind in kinds:
             if (kind, name) in self._index:
                 return self._index[(kind, name)]
+        # names are case-insensitive where that is unambiguous: `V100` is `v100`
+        folded = {id(e): e for (k, n), e in self._index.items() if k in kinds and n.casefold() == name.casefold()}
+        if len(folded) == 1:
+            return next(iter(folded.values()))
         known = sorted({n for (k, n) in self._index if k in kinds})
-        raise LookupFailed(name, "", f"unknown {' or '.join(kinds)}; known: {', '.join(known)}")
+        raise LookupFailed(name, "", f"unknown {' or '.join(kinds)}; {suggest(name, known)}")
 
     def spec(self, entry: Entry) -> Any:
         """The validated spec of an entry (cached per file)."""
