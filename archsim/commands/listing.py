@@ -59,16 +59,18 @@ def run(args: argparse.Namespace) -> int:
         titles = list(available)
     else:
         wanted = args.kind.casefold()
-        titles = [t for t, kinds in available.items() if wanted == t or wanted in kinds]
+        known = {**TITLES, **available}  # a usual kind with no file on the search path lists as empty
+        titles = [t for t, kinds in known.items() if wanted == t or wanted in kinds]
         if not titles:
-            raise UsageError("", "list", f"unknown kind {args.kind!r}; {suggest(args.kind, list(available))}")
+            raise UsageError("", "list", f"unknown kind {args.kind!r}; {suggest(args.kind, list(known))}")
+        available = {t: known[t] for t in titles}
     for title in titles:
         entries = sorted((e for k in available[title] for e in library.entries(k)), key=lambda e: e.name)
         lines = [(e.name, e.description + (f" (alias {', '.join(e.aliases)})" if e.aliases else "")) for e in entries]
         if title == "workloads":
             lines += INLINE_WORKLOADS
         width = max((len(name) for name, _ in lines), default=0)
-        print(f"{title}:")
+        print(f"{title}:" if lines else f"{title}: none on the search path")
         for name, text in lines:
             print(f"  {name:<{width}}  {text}")
     return 0

@@ -102,3 +102,12 @@ def test_argument_errors_say_archsim_once(capsys: pytest.CaptureFixture[str]) ->
     code, _, err = run_cli(capsys, "run", "v100", "resnet50", "--batch", "x")
     assert code == 2
     assert err == "archsim: error: argument --batch: expected a positive integer, got 'x'\n"
+
+
+def test_list_a_usual_kind_with_no_file(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from archsim.commands import listing
+
+    monkeypatch.setitem(listing.TITLES, "widgets", ("widget",))  # a kind no file on the search path has
+    code, out, _ = run_cli(capsys, "list", "widgets")
+    assert code == 0
+    assert out == "widgets: none on the search path\n"
