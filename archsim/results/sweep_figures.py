@@ -84,14 +84,21 @@ def sweep_scatter(
     return figure
 
 
-def pareto_mask(
-    xs: Sequence[float], ys: Sequence[float], maximize_x: bool = False, maximize_y: bool = True
-) -> list[bool]:
-    """Which points no other point dominates (at least as good in both, better in one).
+def pareto_mask(table: pd.DataFrame, x: str, y: str, maximize_x: bool = False, maximize_y: bool = True) -> pd.Series:
+    """Which rows of ``table`` no other row dominates in ``x`` and ``y`` (at least as good in both, better in one).
 
-    By default a smaller ``x`` (a cost: peak FLOP/s, SRAM, watts, chips) and a larger ``y`` (throughput)
-    are better. Equal points are all kept.
+    The same calling convention as :func:`pareto_front`: a boolean Series on the table's index, False
+    for a row without both values (a refused run). By default a smaller ``x`` (a cost: peak FLOP/s,
+    SRAM, watts, chips) and a larger ``y`` (throughput) are better. Equal points are all kept.
     """
+    data = _usable(table, [x, y])
+    mask = pd.Series(False, index=table.index, dtype=bool)
+    mask[data.index] = _undominated(data[x].tolist(), data[y].tolist(), maximize_x, maximize_y)
+    return mask
+
+
+def _undominated(xs: Sequence[float], ys: Sequence[float], maximize_x: bool, maximize_y: bool) -> list[bool]:
+    """:func:`pareto_mask` over two lists of values: one sort, then one pass."""
     sx = [v if not maximize_x else -v for v in xs]
     sy = [v if maximize_y else -v for v in ys]
     order = sorted(range(len(sx)), key=lambda i: (sx[i], -sy[i]))
@@ -119,7 +126,7 @@ def pareto_front(
     The front is the trace ``Pareto front``, sorted by ``x`` (see :func:`pareto_mask` for "better").
     """
     data = _usable(table, [x, y])
-    mask = pareto_mask(data[x].tolist(), data[y].tolist(), maximize_x, maximize_y)
+    mask = _undominated(data[x].tolist(), data[y].tolist(), maximize_x, maximize_y)
     front = data[mask].sort_values(x, kind="stable")
     figure = go.Figure()
     figure.add_trace(

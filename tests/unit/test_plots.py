@@ -11,6 +11,7 @@ import pytest
 
 from archsim import plots, simulate
 from archsim.cli import main
+from archsim.errors import UsageError
 from archsim.results.records import RunResult
 from archsim.spec.library import Library
 
@@ -107,7 +108,26 @@ def test_pareto_mask_agrees_with_brute_force(maximize_x: bool, maximize_y: bool)
             for j in range(len(xs))
         )
 
-    assert plots.pareto_mask(xs, ys, maximize_x, maximize_y) == [not dominated(i) for i in range(len(xs))]
+    table = pd.DataFrame({"x": xs, "y": ys}, index=[f"row{i}" for i in range(len(xs))])
+    mask = plots.pareto_mask(table, "x", "y", maximize_x, maximize_y)
+    assert list(mask.index) == list(table.index)
+    assert mask.tolist() == [not dominated(i) for i in range(len(xs))]
+
+
+def test_pareto_mask_takes_a_table_like_pareto_front() -> None:
+    mask = plots.pareto_mask(TABLE, "peak_flops", "throughput")
+    assert mask.tolist() == [True, True, True, False, True, False]  # the last row has no throughput
+    front = next(t for t in plots.pareto_front(TABLE, "peak_flops", "throughput").data if t.name == "Pareto front")
+    assert sorted(zip(front.x, front.y, strict=True)) == sorted(
+        zip(TABLE["peak_flops"][mask], TABLE["throughput"][mask], strict=True)
+    )
+
+
+@pytest.mark.parametrize("function", ["sweep_scatter", "pareto_front", "pareto_mask", "scaling_curves"])
+def test_every_table_function_takes_table_x_y(function: str) -> None:
+    getattr(plots, function)(TABLE, "num_chips", "throughput")  # one calling convention across archsim.plots
+    with pytest.raises(UsageError, match="nothing: no such column"):
+        getattr(plots, function)(TABLE, "nothing", "throughput")
 
 
 def test_scaling_curves_sorted_with_linear_ideal() -> None:

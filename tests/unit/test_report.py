@@ -223,7 +223,7 @@ def test_sweep_figures_hold_the_rows(sweep_page: str, report_sweep_table: pd.Dat
     assert scatter == sorted(zip(done["peak_flops"], done["throughput"], strict=True))
     for i, workload in enumerate(("resnet50", "bert-base")):
         rows = done[done["workload"] == workload]
-        mask = plots.pareto_mask(rows["peak_flops"].tolist(), rows["throughput"].tolist())
+        mask = plots.pareto_mask(rows, "peak_flops", "throughput")
         front = next(t for t in data[f"plot-pareto-{i}"] if t["name"] == "Pareto front")
         assert sorted(zip(front["x"], front["y"], strict=True)) == sorted(
             zip(rows["peak_flops"][mask], rows["throughput"][mask], strict=True)

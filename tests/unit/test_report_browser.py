@@ -167,7 +167,7 @@ def test_sweep_report_renders_every_row(browser: Any, tmp_path: Path, report_swe
     }
     for i, workload in enumerate(workloads):
         rows = done[done["workload"] == workload]
-        front = sum(plots.pareto_mask(rows["peak_flops"].tolist(), rows["throughput"].tolist()))
+        front = int(plots.pareto_mask(rows, "peak_flops", "throughput").sum())
         expected[f"plot-pareto-{i}"] = ({"scatter_traces": 2, "markers": len(rows) + front}, ["#d62728"])
     for i, workload in enumerate(workloads):
         rows = done[done["workload"] == workload]
