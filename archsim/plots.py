@@ -8,6 +8,8 @@ self-contained HTML file.
 * a sweep's table (:func:`archsim.sweep.run_sweep`): :func:`sweep_scatter`, :func:`pareto_front`
   (and :func:`pareto_mask`), :func:`scaling_curves`.
 
+In a notebook, :func:`init_notebook` makes figures survive export to HTML (``jupyter nbconvert``).
+
 Reports put a run's or a sweep's summary and figures on one self-contained HTML page (plotly.js
 embedded once, no network needed, the same inputs giving the same bytes): :func:`run_report` and
 :func:`sweep_report` return the page's text, :func:`write_report` saves it.
@@ -16,6 +18,7 @@ embedded once, no network needed, the same inputs giving the same bytes): :func:
 from __future__ import annotations
 
 import plotly.graph_objects as go
+import plotly.io as pio
 
 from archsim.results import report, run_figures
 from archsim.results.figures import write_html
@@ -29,6 +32,7 @@ from archsim.spec.common import Precision
 from archsim.spec.library import Library
 
 __all__ = [
+    "init_notebook",
     "layer_breakdown",
     "pareto_front",
     "pareto_mask",
@@ -42,6 +46,22 @@ __all__ = [
     "write_html",
     "write_report",
 ]
+
+
+NOTEBOOK_RENDERER = "plotly_mimetype+notebook"
+"""Each figure as plotly's JSON (JupyterLab, VS Code draw it) and as HTML drawn by plotly.js, which the
+``notebook`` renderer embeds once in the notebook, so an exported page draws it offline."""
+
+
+def init_notebook() -> None:
+    """Show figures in a notebook so that they also appear in its HTML export, offline.
+
+    Plotly's default renderer in a kernel emits only its JSON mimetype, which an HTML export
+    (``jupyter nbconvert --to html``) cannot draw: the figures come out blank. This sets
+    :data:`NOTEBOOK_RENDERER` as the default, which embeds plotly.js in the notebook once (an output of
+    the cell that calls this) and gives every figure an HTML form that draws with it.
+    """
+    pio.renderers.default = NOTEBOOK_RENDERER
 
 
 def run_chip(result: RunResult, library: Library | None = None) -> ChipSpec:
