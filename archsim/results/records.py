@@ -133,7 +133,7 @@ class RunResult:
     num_chips: int
     step_time_s: float
     throughput: float
-    """Samples (images, sequences) per second for the whole target."""
+    """Samples (images, sequences) per second for the whole target, in :attr:`throughput_unit`."""
     flops: int
     """FLOPs of one step, all chips together."""
     utilization: float
@@ -173,11 +173,34 @@ class RunResult:
     """``bubble_s`` over the time to the pipeline flush."""
     links: tuple[LinkRecord, ...] = field(default=(), kw_only=True)
     collectives: tuple[CollectiveRecord, ...] = field(default=(), kw_only=True)
+    throughput_unit: str = field(default="samples/s", kw_only=True)
+    """What :attr:`throughput` counts per second, from the workload (see :func:`throughput_unit`)."""
     layers: tuple[LayerRecord, ...]
+
+    def batch_scope(self) -> str:
+        """``batch`` with what it is per: ``8 per chip``, or on a system ``512 per replica (4 pipeline chips)``."""
+        if self.system is None:
+            return f"{self.batch} per chip"
+        if self.pipeline_stages > 1:
+            scope = f"{self.batch} per replica ({self.pipeline_stages} pipeline chips)"
+        else:
+            scope = f"{self.batch} per chip"
+        if self.microbatches > 1:
+            scope += f" in {self.microbatches} microbatches"
+        if self.data_parallel > 1:
+            scope += f", global {self.global_batch} over {self.data_parallel} replicas"
+        return scope
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict; layers in trace order."""
         return asdict(self)
+
+
+def throughput_unit(trace: Trace) -> str:
+    """What a run of ``trace`` counts per second: the trace's ``meta["sample"]`` when it names one (a
+    decode step's ``token``), else ``sequence`` for a workload with a sequence length, else ``sample``."""
+    sample = trace.meta.get("sample") or ("sequence" if trace.seq_len is not None else "sample")
+    return f"{sample}s/s"
 
 
 def to_json(result: RunResult) -> str:
@@ -227,6 +250,7 @@ def build_result(
         memory_capacity_bytes=capacity_bytes,
         global_batch=samples,
         single_chip_throughput=per_chip,
+        throughput_unit=throughput_unit(trace),
         layers=layers,
     )
 
@@ -311,5 +335,6 @@ def build_system_result(
         bubble_fraction=bubble_fraction,
         links=tuple(links),
         collectives=tuple(collectives),
+        throughput_unit=throughput_unit(trace),
         layers=layers,
     )

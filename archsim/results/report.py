@@ -157,13 +157,13 @@ def run_summary(result: RunResult) -> list[tuple[str, str, Cell]]:
     Multi-chip fields (system, parallelism, scaling efficiency, communication, bubble) are listed only
     when the run has more than one chip; for one chip they are trivial.
     """
-    unit = "sequences/s" if result.seq_len is not None else "samples/s"
+    unit = result.throughput_unit
     n = result.normalized
     rows: list[tuple[str, str, Cell]] = [
         ("target", "target", word(result.target)),
         ("workload", "workload", word(result.workload)),
         ("mode", "mode", word(result.mode)),
-        ("batch", "batch per chip", number(result.batch, str(result.batch))),
+        ("batch", "batch", number(result.batch, result.batch_scope())),
         ("precision", "precision", word(result.precision)),
         ("seq_len", "sequence length", number(result.seq_len, str(result.seq_len))),
         ("num_chips", "chips", number(result.num_chips, str(result.num_chips))),
