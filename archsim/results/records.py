@@ -197,8 +197,11 @@ class RunResult:
 
 
 def throughput_unit(trace: Trace) -> str:
-    """What a run of ``trace`` counts per second: the trace's ``meta["sample"]`` when it names one (a
-    decode step's ``token``), else ``sequence`` for a workload with a sequence length, else ``sample``."""
+    """What a run of ``trace`` counts per second, e.g. ``sequences/s``.
+
+    The trace's ``meta["sample"]`` when it names one (a decode step's ``token``), else ``sequence`` for a
+    workload with a sequence length, else ``sample``.
+    """
     sample = trace.meta.get("sample") or ("sequence" if trace.seq_len is not None else "sample")
     return f"{sample}s/s"
 
