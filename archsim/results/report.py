@@ -9,6 +9,8 @@ Tables carry each value twice: as text for people and, in the cell's ``data-valu
 JSON (a float's shortest exact form, ``null`` for a missing value), so that programs and tests read
 back exactly the number the run produced.
 
+A table wider or taller than the window scrolls inside its own box; figures follow the window's width.
+
 This module builds the page and the run report (:func:`run_report`); the sweep report is in
 :mod:`archsim.results.sweep_report`. :func:`write_report` saves either, atomically.
 """
@@ -36,7 +38,7 @@ FIGURE_HEIGHT = "480px"
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em; color: #222; }
 h1 { font-size: 1.6em; } h2 { font-size: 1.2em; margin-top: 2em; }
-table { border-collapse: collapse; margin: 0.5em 0; }
+table { border-collapse: collapse; margin: 0.5em 0; display: block; max-width: 100%; max-height: 70vh; overflow: auto; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
 th { background: #f4f4f4; font-weight: 600; }
 td.number { text-align: right; font-variant-numeric: tabular-nums; }
@@ -106,7 +108,14 @@ def section(section_id: str, heading: str, content: str) -> str:
 
 def figure_section(div_id: str, heading: str, figure: go.Figure) -> str:
     """A figure under its heading, drawn into ``<div id="DIV_ID">`` by the page's one plotly.js."""
-    div = pio.to_html(figure, include_plotlyjs=False, full_html=False, div_id=div_id, default_height=FIGURE_HEIGHT)
+    div = pio.to_html(
+        figure,
+        include_plotlyjs=False,
+        full_html=False,
+        div_id=div_id,
+        default_height=FIGURE_HEIGHT,
+        config={"responsive": True},  # redrawn to the window's width when it changes
+    )
     opening = f'<section class="figure" data-figure="{html.escape(div_id)}">'
     return f"{opening}\n<h2>{html.escape(heading)}</h2>\n{div}\n</section>"
 

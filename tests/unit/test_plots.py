@@ -57,6 +57,7 @@ def test_timeline_bars_start_and_last_as_the_ops(pipelined_run: RunResult) -> No
     bars = [
         (label, base, length, row)
         for t in figure.data
+        if t.name != "transfers"  # the communication lanes: test_timeline_has_a_lane_per_transfer_stream
         for label, base, length, row in zip(t.text, t.base, t.x, t.y, strict=True)
     ]
     assert len(bars) == len(pipelined_run.layers)
@@ -66,6 +67,33 @@ def test_timeline_bars_start_and_last_as_the_ops(pipelined_run: RunResult) -> No
         assert math.isclose(length, layer.end_s - layer.start_s, rel_tol=1e-12, abs_tol=1e-18)
         assert row == f"stage {layer.stage} {layer.unit}"
     assert {row.split()[1] for *_, row in bars} == {"0", "1", "2", "3"}
+
+
+def test_timeline_has_a_lane_per_transfer_stream(pipelined_run: RunResult) -> None:
+    figure = plots.timeline(pipelined_run)
+    (transfers,) = [t for t in figure.data if t.name == "transfers"]
+    collectives = pipelined_run.collectives
+    assert len(transfers.base) == len(collectives) > 0
+    for base, length, row, c in zip(transfers.base, transfers.x, transfers.y, collectives, strict=True):
+        assert (base, length) == (c.start_s, c.end_s - c.start_s)
+        assert row.startswith("comm ") and "mb" not in row  # one lane per stream, not per microbatch
+    lanes = list(figure.layout.yaxis.categoryarray)
+    assert {"comm act s0->s1", "comm grad s1->s0"} <= set(lanes)
+    assert set(transfers.y) <= set(lanes)
+
+
+def test_ipu_roofline_says_why_it_is_empty(library: Library) -> None:
+    run = simulate("gc200", "bert-base", batch=8, library=library)
+    figure = plots.roofline(run, library)
+    assert [t.name for t in figure.data] == ["roof"]
+    assert [a.text for a in figure.layout.annotations] == [
+        "no op to place: no op moves main-memory bytes (all data stays on chip)"
+    ]
+
+
+def test_a_figure_with_data_has_no_note(tpu_run: RunResult, library: Library) -> None:
+    for figure in (plots.layer_breakdown(tpu_run), plots.roofline(tpu_run, library), plots.timeline(tpu_run)):
+        assert figure.layout.annotations == ()
 
 
 TABLE = pd.DataFrame(
@@ -149,3 +177,13 @@ def test_cli_writes_self_contained_html(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["plot", "pareto", str(tmp_path), "--x", "peak_flops", "--out", str(tmp_path / "p.html")]) == 0
     assert main(["plot", "scatter", str(tmp_path), "--x", "nope", "--out", str(tmp_path / "s.html")]) == 2
     assert "nope: no such column" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("function", ["sweep_scatter", "pareto_front", "scaling_curves"])
+def test_a_sweep_figure_without_rows_says_why(function: str) -> None:
+    refused = TABLE.assign(throughput=None)
+    figure = getattr(plots, function)(refused, "num_chips", "throughput")
+    assert [a.text for a in figure.layout.annotations] == [
+        "no row has both num_chips and throughput (every run refused, or no rows)"
+    ]
+    assert getattr(plots, function)(TABLE, "num_chips", "throughput").layout.annotations == ()

@@ -136,8 +136,15 @@ def test_run_figures_hold_every_layer(run_page: str, multichip_run: RunResult) -
     markers = [trace for trace in data["plot-roofline"] if trace["name"] != "roof"]
     points = [(x, y) for trace in markers for x, y in zip(trace["x"], trace["y"], strict=True)]
     assert sorted(points) == sorted((u.flops / u.bytes, u.flops / (u.end_s - u.start_s)) for u in placed)
-    starts = sorted(base for trace in data["plot-timeline"] for base in trace["base"])
+    ops = [trace for trace in data["plot-timeline"] if trace["name"] != "transfers"]
+    starts = sorted(base for trace in ops for base in trace["base"])
     assert starts == sorted(layer.start_s for layer in layers)
+    # the communication lanes: every all-reduce of the run, as it ran
+    (transfers,) = [trace for trace in data["plot-timeline"] if trace["name"] == "transfers"]
+    collectives = multichip_run.collectives
+    assert collectives
+    assert transfers["base"] == [c.start_s for c in collectives]
+    assert transfers["x"] == [c.end_s - c.start_s for c in collectives]
 
 
 def test_plotly_js_is_embedded_once_and_nothing_is_fetched(run_page: str, sweep_page: str) -> None:

@@ -145,7 +145,13 @@ def test_run_report_renders_every_layer(
     expected = {
         "plot-breakdown": {"bar_traces": len(bounds), "bars": len(layers), "scatter_traces": 0, "markers": 0},
         "plot-roofline": {"bar_traces": 0, "bars": 0, "scatter_traces": len(bounds) + 1, "markers": len(placed)},
-        "plot-timeline": {"bar_traces": len(bounds), "bars": len(layers), "scatter_traces": 0, "markers": 0},
+        # one bar per op, then one per collective in the communication lanes ("transfers")
+        "plot-timeline": {
+            "bar_traces": len(bounds) + 1,
+            "bars": len(layers) + len(multichip_run.collectives),
+            "scatter_traces": 0,
+            "markers": 0,
+        },
     }
     assert page.eval_on_selector_all(".plotly-graph-div", "divs => divs.map(d => d.id)") == list(expected)
     colours = [BOUND_COLOURS[b] for b in bounds]
@@ -177,11 +183,25 @@ def test_sweep_report_renders_every_row(browser: Any, tmp_path: Path, report_swe
         counts = {"scatter_traces": 2 * len(targets), "markers": len(rows)}
         expected[f"plot-scaling-{i}"] = (counts, list(PALETTE[: len(targets)]))
     assert page.eval_on_selector_all(".plotly-graph-div", "divs => divs.map(d => d.id)") == list(expected)
+    check_tables_fit(page, 1280)
     for div_id, (counts, colours) in expected.items():
         drawn = page.eval_on_selector(f"#{div_id}", COUNTS)
         assert {k: drawn[k] for k in counts} == counts, div_id
         check_screenshot(page, div_id, drawn, colours, tmp_path)
+    # on a narrow window the tables are wider than the page: each scrolls inside its own box
+    page.set_viewport_size({"width": 480, "height": 900})
+    check_tables_fit(page, 480, overflowing=True)
     assert problems == []
+
+
+def check_tables_fit(page: Any, width: int, overflowing: bool = False) -> None:
+    """The page never scrolls sideways at ``width`` px; with ``overflowing``, some table scrolls inside its box."""
+    page.wait_for_function(f"document.documentElement.scrollWidth <= {width}", timeout=10_000)  # plots redrawn
+    boxes = page.eval_on_selector_all("table", "ts => ts.map(t => [t.getBoundingClientRect().right, t.scrollWidth])")
+    assert all(right <= width for right, _ in boxes)
+    if overflowing:
+        widths = page.eval_on_selector_all("table", "ts => ts.map(t => t.clientWidth)")
+        assert any(scroll > box for (_, scroll), box in zip(boxes, widths, strict=True))
 
 
 TEMPLATE_FETCHES = (
