@@ -114,7 +114,7 @@ class Normalized:
         """Normalize a per-chip throughput by ``chip``'s published TDP and transistor count."""
         return cls(
             per_chip=per_chip,
-            per_watt=per_chip / chip.tdp if chip.tdp else None,
+            per_watt=per_chip / chip.tdp_w if chip.tdp_w else None,
             per_billion_transistors=per_chip / (chip.transistors / 1e9) if chip.transistors else None,
         )
 
@@ -173,9 +173,16 @@ class RunResult:
     """``bubble_s`` over the time to the pipeline flush."""
     links: tuple[LinkRecord, ...] = field(default=(), kw_only=True)
     collectives: tuple[CollectiveRecord, ...] = field(default=(), kw_only=True)
+    chip_not_published: tuple[str, ...] = field(default=(), kw_only=True)
+    """The chip's figures its description says are not published (``tdp``, ``die_area``, ``process``): the
+    normalized throughputs they would give are None, and shown as ``not published``."""
     throughput_unit: str = field(default="samples/s", kw_only=True)
     """What :attr:`throughput` counts per second, from the workload (see :func:`throughput_unit`)."""
     layers: tuple[LayerRecord, ...]
+
+    def missing(self, figure: str) -> str:
+        """How to show a normalized throughput that needs ``figure`` (``tdp``, ``transistors``) and is None."""
+        return "not published" if figure in self.chip_not_published else "n/a"
 
     def batch_scope(self) -> str:
         """``batch`` with what it is per: ``8 per chip``, or on a system ``512 per replica (4 pipeline chips)``."""
@@ -254,6 +261,7 @@ def build_result(
         global_batch=samples,
         single_chip_throughput=per_chip,
         throughput_unit=throughput_unit(trace),
+        chip_not_published=chip.not_published(),
         layers=layers,
     )
 
@@ -339,5 +347,6 @@ def build_system_result(
         links=tuple(links),
         collectives=tuple(collectives),
         throughput_unit=throughput_unit(trace),
+        chip_not_published=chip.not_published(),
         layers=layers,
     )

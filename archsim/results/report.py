@@ -66,10 +66,10 @@ def _finite(value: object) -> bool:
     return not (isinstance(value, float) and not math.isfinite(value))
 
 
-def number(value: float | int | None, text: str | None = None) -> Cell:
-    """A numeric cell, ``n/a`` when missing; ``text`` defaults to :func:`format_number`."""
+def number(value: float | int | None, text: str | None = None, missing: str = "n/a") -> Cell:
+    """A numeric cell, ``missing`` when there is no value; ``text`` defaults to :func:`format_number`."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
-        return Cell("n/a", None)
+        return Cell(missing, None)
     return Cell(text if text is not None else format_number(value), value)
 
 
@@ -181,7 +181,7 @@ def run_summary(result: RunResult) -> list[tuple[str, str, Cell]]:
         ("step_overhead_s", "step overhead", number(result.step_overhead_s, format_time(result.step_overhead_s))),
         ("throughput", "throughput", number(result.throughput, f"{format_number(result.throughput)} {unit}")),
         ("throughput_per_chip", "throughput per chip", number(n.per_chip, f"{format_number(n.per_chip)} {unit}")),
-        ("throughput_per_watt", "throughput per watt of TDP", number(n.per_watt)),
+        ("throughput_per_watt", "throughput per watt of TDP", number(n.per_watt, missing=result.missing("tdp"))),
         ("flops", "FLOPs per step", number(result.flops, f"{result.flops / 1e12:.4g} TFLOP")),
         ("utilization", "utilization of peak", number(result.utilization, f"{100 * result.utilization:.1f}%")),
     ]

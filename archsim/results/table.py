@@ -11,8 +11,10 @@ def summary_lines(result: RunResult) -> list[str]:
     unit = result.throughput_unit
     seq = f", seq_len {result.seq_len}" if result.seq_len is not None else ""
     n = result.normalized
-    per_watt = f"{n.per_watt:.3g}" if n.per_watt is not None else "n/a"
-    per_bt = f"{n.per_billion_transistors:.3g}" if n.per_billion_transistors is not None else "n/a"
+    per_watt = f"{n.per_watt:.3g}" if n.per_watt is not None else result.missing("tdp")
+    per_bt = result.missing("transistors")
+    if n.per_billion_transistors is not None:
+        per_bt = f"{n.per_billion_transistors:.3g}"
     bounds = ", ".join(f"{k} {format_time(v)}" for k, v in result.time_by_bound.items() if v > 0)
     return [
         f"{result.workload} {result.mode} on {result.target} x{result.num_chips}: batch {result.batch_scope()}, "

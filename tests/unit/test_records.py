@@ -49,3 +49,26 @@ def test_a_trace_that_names_its_sample_is_counted_in_it(library: Library) -> Non
     assert "tokens/s" in summary_lines(result)[2]
     throughput = next(cell for field, _, cell in run_summary(result) if field == "throughput")
     assert throughput.text.endswith("tokens/s")
+
+
+def test_every_shipped_chip_has_tdp_and_die_area_or_says_not_published(library: Library) -> None:
+    for entry in library.entries("chip"):
+        chip = library.chip(entry.name)
+        for figure in ("tdp", "die_area"):
+            assert getattr(chip, figure) is not None, f"{entry.name}: {figure} missing"
+            assert figure in chip.sources, f"{entry.name}: {figure} has no source"
+        for figure in chip.not_published():
+            assert chip.sources[figure].startswith("not published: "), f"{entry.name}: {figure}"
+
+
+def test_not_published_is_shown_as_such(library: Library) -> None:
+    ipu = simulate("gc200", "resnet50", batch=4, library=library)
+    assert ipu.chip_not_published == ("tdp",)
+    assert ipu.normalized.per_watt is None
+    assert "not published per W" in summary_lines(ipu)[2]
+    per_watt = next(cell for field, _, cell in run_summary(ipu) if field == "throughput_per_watt")
+    assert (per_watt.text, per_watt.value) == ("not published", None)
+    assert json.loads(to_json(ipu))["chip_not_published"] == ["tdp"]
+    gpu = simulate("v100", "resnet50", batch=4, library=library)
+    assert gpu.chip_not_published == ()
+    assert gpu.normalized.per_watt is not None
