@@ -68,13 +68,35 @@ def suggest(name: str, known: Sequence[str]) -> str:
     return "`archsim list` shows the known names"
 
 
-class Entry:
-    """One indexed description file: its kind, name, aliases and one-line description."""
+def display_path(path: Path) -> str:
+    """How messages name a description file: relative to its library or the working directory.
 
-    __slots__ = ("aliases", "data", "description", "kind", "name", "path")
+    A built-in description is named from the library's folder (``chips/v100-16gb.yaml``), a file under
+    the working directory from there; anything else as it was given.
+    """
+    if not path.is_absolute():
+        return str(path)
+    cwd = Path.cwd()
+    bases = [root.parent for root in builtin_roots()[:1]] + ([cwd] if cwd != Path(cwd.anchor) else [])
+    for base in bases:
+        try:
+            return str(path.relative_to(base))
+        except ValueError:
+            continue
+    return str(path)
+
+
+class Entry:
+    """One indexed description file: its kind, name, aliases and one-line description.
+
+    ``path`` is where the file is; ``source`` how messages name it (:func:`display_path`).
+    """
+
+    __slots__ = ("aliases", "data", "description", "kind", "name", "path", "source")
 
     def __init__(self, path: Path, data: dict[str, Any]) -> None:
-        source = str(path)
+        source = display_path(path)
+        self.source = source
         for key in ("kind", "name"):
             if not isinstance(data.get(key), str):
                 raise SpecError(source, key, "missing or not a string")
@@ -114,7 +136,11 @@ class Library:
         index: dict[tuple[str, str], Entry] = {}
         for root in self.roots:
             for path in description_files(root):
-                entry = Entry(path, read_yaml(path))
+                try:
+                    data = read_yaml(path)
+                except SpecError as err:  # named as every message names a description file
+                    raise SpecError(display_path(path), err.field, err.problem) from None
+                entry = Entry(path, data)
                 for name in (entry.name, *entry.aliases):
                     index.setdefault((entry.kind, name), entry)
         return index
@@ -163,8 +189,8 @@ class Library:
         key = (entry.kind, str(entry.path))
         if key not in self._specs:
             if entry.kind not in SPEC_CLASSES:
-                raise SpecError(str(entry.path), "kind", f"unknown kind {entry.kind!r}")
-            self._specs[key] = validate(SPEC_CLASSES[entry.kind], entry.data, str(entry.path))
+                raise SpecError(entry.source, "kind", f"unknown kind {entry.kind!r}")
+            self._specs[key] = validate(SPEC_CLASSES[entry.kind], entry.data, entry.source)
         return self._specs[key]
 
     def chip(self, name: str) -> ChipSpec:
@@ -179,11 +205,11 @@ class Library:
             try:
                 technology = self.memory(level.technology)
             except LookupFailed as err:
-                raise SpecError(str(entry.path), field, err.problem) from None
+                raise SpecError(entry.source, field, err.problem) from None
             ceiling = technology.max_bandwidth_per_stack
             if level.stacks is not None and ceiling is not None and level.bandwidth > level.stacks * ceiling * 1.001:
                 raise SpecError(
-                    str(entry.path),
+                    entry.source,
                     f"memory.{level_name}.bandwidth",
                     f"{level.bandwidth / 1e9:.0f} GB/s exceeds {level.stacks} stacks of "
                     f"{technology.name} ({ceiling / 1e9:.0f} GB/s each)",
@@ -213,7 +239,7 @@ class Library:
     def system(self, name: str) -> SystemSpec:
         """A multi-chip system by name, alias or path, with its chip, link types and sources checked."""
         entry = self.find(["system"], name)
-        source = str(entry.path)
+        source = entry.source
         system: SystemSpec = self.spec(entry)
         missing = system.missing_sources()
         if missing:

@@ -76,7 +76,7 @@ def _load(sweep: str | os.PathLike[str] | SweepSpec, folders: tuple[str, ...]) -
     name = os.fspath(sweep)
     entry = library.find(["sweep"], name)
     spec: SweepSpec = library.spec(entry)
-    return spec, str(entry.path)
+    return spec, entry.source
 
 
 def plan(
