@@ -17,6 +17,8 @@ embedded once, no network needed, the same inputs giving the same bytes): :func:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import plotly.graph_objects as go
 import plotly.io as pio
 
@@ -27,6 +29,7 @@ from archsim.results.report import write_report
 from archsim.results.run_figures import layer_breakdown, timeline
 from archsim.results.sweep_figures import pareto_front, pareto_mask, scaling_curves, sweep_scatter
 from archsim.results.sweep_report import sweep_report
+from archsim.results.timeline import TimelineSpan
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Precision
 from archsim.spec.library import Library
@@ -91,15 +94,17 @@ def run_report(
     *,
     peak_flops: float | None = None,
     bandwidth_bytes_per_s: float | None = None,
+    links: Sequence[tuple[str, Sequence[TimelineSpan]]] = (),
 ) -> str:
     """The HTML report of one run: a summary table, then :func:`layer_breakdown`, :func:`roofline`, :func:`timeline`.
 
     The summary holds the run's numbers (step time, throughput, utilization, time by bound, memory;
     scaling efficiency, communication and bubble when it ran on several chips), each cell's exact
     value in its ``data-value`` attribute (see :mod:`archsim.results.report`). The roofline's roof is
-    found as :func:`roofline` finds it. Save the text with :func:`write_report`.
+    found as :func:`roofline` finds it; ``links`` (a recorded run's ``Timeline.links``, see
+    :func:`timeline`) add the links' lanes to the timeline. Save the text with :func:`write_report`.
     """
-    return report.run_report(result, *_roof(result, library, peak_flops, bandwidth_bytes_per_s))
+    return report.run_report(result, *_roof(result, library, peak_flops, bandwidth_bytes_per_s), links)
 
 
 def _roof(

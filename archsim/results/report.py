@@ -30,6 +30,7 @@ from plotly.offline import get_plotlyjs
 
 from archsim.results import run_figures
 from archsim.results.records import RunResult
+from archsim.results.timeline import TimelineSpan
 from archsim.units import format_bytes, format_time
 
 FIGURE_HEIGHT = "480px"
@@ -232,17 +233,23 @@ RUN_FIGURES = ("breakdown", "roofline", "timeline")
 """The figures of a run report, in order; each is drawn into ``<div id="plot-NAME">``."""
 
 
-def run_report(result: RunResult, peak_flops: float, bandwidth_bytes_per_s: float) -> str:
+def run_report(
+    result: RunResult,
+    peak_flops: float,
+    bandwidth_bytes_per_s: float,
+    links: Sequence[tuple[str, Sequence[TimelineSpan]]] = (),
+) -> str:
     """The HTML report of one run: its summary, then its per-layer breakdown, roofline and timeline.
 
     ``peak_flops`` and ``bandwidth_bytes_per_s`` are the roof of one chip (see
-    :func:`archsim.results.run_figures.roofline`).
+    :func:`archsim.results.run_figures.roofline`); ``links``, a recorded run's link lanes, go into the
+    timeline (see :func:`archsim.results.run_figures.timeline`).
     """
     title = f"archsim run: {result.workload} ({result.mode}) on {result.target}"
     figures = {
         "breakdown": ("Time per layer by bound", run_figures.layer_breakdown(result)),
         "roofline": ("Roofline", run_figures.roofline(result, peak_flops, bandwidth_bytes_per_s)),
-        "timeline": ("Timeline of one step", run_figures.timeline(result)),
+        "timeline": ("Timeline of one step", run_figures.timeline(result, links)),
     }
     sections = [section("summary", "Summary", summary_table(run_summary(result)))]
     sections += [figure_section(f"plot-{name}", *figures[name]) for name in RUN_FIGURES]

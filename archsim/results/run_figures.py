@@ -10,11 +10,13 @@ layers of that bound, their times in seconds, FLOP/s and FLOPs per byte.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
 from archsim.models.base import Bound
 from archsim.results.records import LayerRecord, RunResult
+from archsim.results.timeline import TimelineSpan
 
 BOUND_COLOURS = {"compute": "#1f77b4", "memory": "#ff7f0e", "communication": "#2ca02c"}
 
@@ -142,13 +144,19 @@ def roofline(result: RunResult, peak_flops: float, bandwidth_bytes_per_s: float)
     return figure
 
 
-def timeline(result: RunResult) -> go.Figure:
+LINKS_TRACE = "links"
+"""Name of the timeline's trace of recorded link activity (one lane per simulated link)."""
+
+
+def timeline(result: RunResult, links: Sequence[tuple[str, Sequence[TimelineSpan]]] = ()) -> go.Figure:
     """A Gantt chart of the run: one horizontal bar per op on its unit's row (and pipeline stage).
 
     Bars start at ``base`` (the op's start, seconds) and are ``x`` long (its duration); one trace per
     bound, each op's label in ``text``. Below the units, the communication lanes: every collective and
     pipeline transfer of the run (``result.collectives``) on its row (:func:`transfer_row`), in the trace
-    :data:`COMMUNICATION_TRACE`.
+    :data:`COMMUNICATION_TRACE`; then, when given, the link lanes a recorded run has (``links``: the
+    ``Timeline.links`` of :func:`archsim.systems.simulate_system` with ``record=True``, as the Perfetto
+    export writes them), one row per simulated link, in the trace :data:`LINKS_TRACE`.
     """
     figure = go.Figure()
     staged = any(layer.stage for layer in result.layers)
@@ -186,6 +194,22 @@ def timeline(result: RunResult) -> go.Figure:
                 hovertemplate="%{text}<br>start %{base:.4g} s, %{x:.3g} s",
             )
         )
+    busy = [(f"link {name}", span) for name, spans in links for span in spans]
+    if busy:
+        figure.add_trace(
+            go.Bar(
+                base=[span.start_s for _, span in busy],
+                x=[span.end_s - span.start_s for _, span in busy],
+                y=[row for row, _ in busy],
+                orientation="h",
+                name=LINKS_TRACE,
+                marker={"color": "#17becf"},
+                text=[span.name for _, span in busy],
+                textposition="none",
+                hovertemplate="%{text}<br>start %{base:.4g} s, %{x:.3g} s",
+            )
+        )
+    link_rows = [f"link {name}" for name, spans in links if spans]
     if not result.layers:
         note_empty(figure, "no ops: the workload's trace is empty")
     figure.update_layout(
@@ -196,7 +220,7 @@ def timeline(result: RunResult) -> go.Figure:
             "title": "unit",
             "type": "category",
             "categoryorder": "array",
-            "categoryarray": [names[r] for r in rows] + transfer_rows,
+            "categoryarray": [names[r] for r in rows] + transfer_rows + link_rows,
         },
         template="plotly_white",
     )

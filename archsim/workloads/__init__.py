@@ -165,9 +165,7 @@ def build_trace(
         entry = library.find(["model", "trace"], workload)
     if entry.kind == "trace":
         _built_already(entry.source, options)
-        return _file_trace(
-            trace_from_data(entry.data, entry.source), entry.source, mode, batch, precision, seq_len
-        )
+        return _file_trace(trace_from_data(entry.data, entry.source), entry.source, mode, batch, precision, seq_len)
     spec: ModelSpec = library.spec(entry)
     return _model_trace(spec, workload, mode, batch, precision, seq_len, options)
 

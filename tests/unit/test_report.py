@@ -25,6 +25,7 @@ from archsim import plots, simulate
 from archsim.cli import main
 from archsim.results.records import RunResult
 from archsim.spec.library import Library
+from archsim.systems import simulate_system
 
 RUN_FIELDS = ("target", "workload", "mode", "batch", "precision", "seq_len", "num_chips", "step_time_s")
 RUN_FIELDS += ("ops_time_s", "step_overhead_s", "throughput", "flops", "utilization", "memory_bytes")
@@ -253,6 +254,18 @@ def test_cli_writes_a_run_report(tmp_path: Path, capsys: pytest.CaptureFixture[s
     report = Report(out.read_text(encoding="utf-8"))
     assert (report.summary["target"], report.summary["batch"], report.summary["num_chips"]) == ("tpu-v3", 4, 1)
     assert report.plot_divs == ["plot-breakdown", "plot-roofline", "plot-timeline"]
+
+
+def test_cli_run_report_timeline_has_the_links_lanes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run.html"
+    command = ["report", "run", "ipu-m2000", "bert-base", "--mode", "train", "--batch", "8", "--pipeline-stages", "4"]
+    assert main([*command, "--out", str(out)]) == 0
+    capsys.readouterr()
+    recorded = simulate_system("ipu-m2000", "bert-base", "train", 8, pipeline_stages=4, record=True).timeline
+    spans = [(f"link {name}", span.start_s) for name, lane in recorded.links for span in lane]
+    assert spans  # IPU-Links carry the pipeline's activations and gradients
+    (links,) = [t for t in figures(out.read_text(encoding="utf-8"))["plot-timeline"] if t["name"] == "links"]
+    assert sorted(zip(links["y"], links["base"], strict=True)) == sorted(spans)
 
 
 BAD = [
