@@ -163,6 +163,26 @@ def test_run_report_renders_every_layer(
     assert problems == []
 
 
+def test_cli_run_report_draws_the_links_lanes(browser: Any, tmp_path: Path, library: Library) -> None:
+    from archsim.cli import main
+    from archsim.systems import simulate_system
+
+    report = tmp_path / "links.html"
+    args = ["ipu-m2000", "bert-base", "--mode", "train", "--batch", "8", "--pipeline-stages", "4"]
+    assert main(["report", "run", *args, "--out", str(report)]) == 0
+    run = simulate_system("ipu-m2000", "bert-base", "train", 8, pipeline_stages=4, record=True, library=library)
+    spans = sum(len(lane) for _, lane in run.timeline.links)
+    assert spans > 0
+    page, problems = open_report(browser, report)
+    drawn = page.eval_on_selector("#plot-timeline", COUNTS)
+    bounds = {layer.bound for layer in run.result.layers}
+    # ops by bound, then the transfers, then the links: every span a bar
+    assert drawn["bar_traces"] == len(bounds) + 2
+    assert drawn["bars"] == len(run.result.layers) + len(run.result.collectives) + spans
+    check_screenshot(page, "plot-timeline", drawn, ["#17becf", BOUND_COLOURS["communication"]], tmp_path)
+    assert problems == []
+
+
 def test_sweep_report_renders_every_row(browser: Any, tmp_path: Path, report_sweep_table: pd.DataFrame) -> None:
     report = tmp_path / "sweep.html"
     plots.write_report(plots.sweep_report(report_sweep_table, title="report-sweep"), report)
