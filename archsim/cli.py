@@ -16,7 +16,7 @@ from typing import NoReturn
 from archsim import __version__
 from archsim.errors import ArchsimError, UsageError
 from archsim.limits import MAX_ARGUMENT
-from archsim.spec.common import Fusion
+from archsim.spec.common import Fusion, StreamingMemory
 
 SUBCOMMANDS = (
     "archsim.commands.listing",
@@ -29,6 +29,7 @@ SUBCOMMANDS = (
     "archsim.commands.sweep",
     "archsim.commands.plot",
     "archsim.commands.report",
+    "archsim.commands.collective",
 )
 """Modules that each add one subcommand: ``add_parser(subparsers, common)`` sets ``handler``."""
 
@@ -65,6 +66,18 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
         "--recompute",
         action="store_true",
         help="training: keep checkpoints only and recompute the other activations in the backward pass",
+    )
+
+
+def add_memory_argument(parser: argparse.ArgumentParser) -> None:
+    """Register ``--streaming-memory``: what an IPU may keep off chip (:mod:`archsim.memory_fit`)."""
+    parser.add_argument(
+        "--streaming-memory",
+        choices=[s.value for s in StreamingMemory],
+        default=StreamingMemory.NONE.value,
+        help="IPUs: what may live in streaming memory instead of In-Processor Memory: none (default, as "
+        "Poplar: a step that does not fit is refused), optimizer-state (offloaded, streamed for the update) "
+        "or all (every op streams what does not fit); other chips ignore it",
     )
 
 

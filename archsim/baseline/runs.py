@@ -7,13 +7,14 @@ A run is written ``TARGET:WORKLOAD[:OPTIONS]``:
   takes (it may itself contain ``:``);
 * ``OPTIONS`` -- after the last ``:``, comma-separated ``key=value`` pairs: ``mode`` (``infer`` or
   ``train``, default ``infer``), ``batch``, ``precision`` and ``seq_len`` (each default: what
-  ``archsim run`` picks), ``fusion`` (``none`` or ``norm-act``, default ``none``) and
-  ``recompute`` (``true`` or ``false``, default ``false``).
+  ``archsim run`` picks), ``fusion`` (``none`` or ``norm-act``, default ``none``),
+  ``recompute`` (``true`` or ``false``, default ``false``) and ``streaming_memory`` (``none``,
+  ``optimizer-state`` or ``all``, default ``none``).
 
 ``v100:resnet50``, ``a100:bert-base:mode=train,batch=8,seq_len=128`` and
 ``tpu-v3:gemm:2048x2048x2048`` are runs. :attr:`RunSpec.id` is the canonical text (``mode`` always
-given, then the options that are set, in the order above; ``fusion=none`` and ``recompute=false``
-are the defaults and left out), which the baseline file stores.
+given, then the options that are set, in the order above; ``fusion=none``, ``recompute=false`` and
+``streaming_memory=none`` are the defaults and left out), which the baseline file stores.
 
 The default set (:func:`default_runs`) is every chip on the search path with every model, in
 inference and training, then every system in training (where its links carry the gradient
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from archsim.api import simulate
 from archsim.errors import ArchsimError, UsageError
 from archsim.limits import MAX_ARGUMENT
-from archsim.spec.common import Fusion, Precision
+from archsim.spec.common import Fusion, Precision, StreamingMemory
 from archsim.spec.library import Library
 from archsim.workloads.trace import Mode
 
@@ -39,7 +40,7 @@ DEFAULT_BATCH = 2
 DEFAULT_MODES = {"chip": (Mode.INFER, Mode.TRAIN), "system": (Mode.TRAIN,)}
 """Kinds of description that are targets of the default set, with the modes each runs in (a kind the
 library lacks adds nothing)."""
-OPTION_KEYS = ("mode", "batch", "precision", "seq_len", "fusion", "recompute")
+OPTION_KEYS = ("mode", "batch", "precision", "seq_len", "fusion", "recompute", "streaming_memory")
 """Options of a run, in the order its canonical text gives them."""
 
 Value = str | int | float | None
@@ -92,6 +93,8 @@ class RunSpec:
     """``norm-act``, or None for no fusion."""
     recompute: bool | None = None
     """True to recompute activations, or None for not."""
+    streaming_memory: str | None = None
+    """What an IPU may keep in streaming memory (``optimizer-state``, ``all``), or None for nothing."""
 
     @property
     def id(self) -> str:
@@ -146,6 +149,10 @@ def parse_run(text: str) -> RunSpec:
     recompute = values.get("recompute", "false")
     if recompute not in ("true", "false"):
         raise UsageError(text, "recompute", f"expected true or false, got {recompute[:40]!r}")
+    streaming = values.get("streaming_memory", StreamingMemory.NONE.value)
+    if streaming not in {s.value for s in StreamingMemory}:
+        known = ", ".join(s.value for s in StreamingMemory)
+        raise UsageError(text, "streaming_memory", f"{streaming[:40]!r} is not one of {known}")
     return RunSpec(
         target,
         workload,
@@ -155,6 +162,7 @@ def parse_run(text: str) -> RunSpec:
         seq_len,
         None if fusion == Fusion.NONE.value else fusion,
         True if recompute == "true" else None,
+        None if streaming == StreamingMemory.NONE.value else streaming,
     )
 
 
@@ -212,6 +220,7 @@ def record_run(spec: RunSpec, library: Library, keep_errors: bool) -> RunRecord:
             library=library,
             fusion=spec.fusion or Fusion.NONE,
             recompute=bool(spec.recompute),
+            streaming_memory=spec.streaming_memory or StreamingMemory.NONE,
         )
     except ArchsimError as err:
         if not keep_errors:

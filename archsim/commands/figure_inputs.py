@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from archsim.cli import add_trace_arguments, positive_int
+from archsim.cli import add_memory_argument, add_trace_arguments, positive_int
 from archsim.errors import UsageError
 
 if TYPE_CHECKING:
@@ -33,6 +33,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pipeline-stages", type=positive_int, default=1)
     parser.add_argument("--microbatches", type=positive_int, default=None)
     add_trace_arguments(parser)
+    add_memory_argument(parser)
 
 
 def simulate_run(args: argparse.Namespace) -> tuple[RunResult, Library, Timeline]:
@@ -57,6 +58,7 @@ def simulate_run(args: argparse.Namespace) -> tuple[RunResult, Library, Timeline
         microbatches=args.microbatches,
         fusion=args.fusion,
         recompute=args.recompute,
+        streaming_memory=args.streaming_memory,
         record=True,
     )
     return run.result, library, run.timeline

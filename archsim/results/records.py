@@ -6,9 +6,14 @@ Python API and the CLI return the same records. Times are seconds, sizes bytes, 
 A run on a multi-chip system (:func:`build_system_result`) fills the same record: ``layers`` are the
 representative chip's ops (one per stage in a pipeline, with its ``stage``), and the system fields --
 ``num_chips``, ``data_parallel``, ``global_batch``, ``scaling_efficiency`` (throughput over ``num_chips``
-times the one-chip throughput at the same per-chip batch), ``comm_s``, ``exposed_comm_s``, ``bubble_s``,
-``links`` (utilization per link class) and ``collectives`` -- say what the interconnect did. A one-chip
-run has ``num_chips`` 1, ``scaling_efficiency`` 1 and no communication.
+times the throughput of one chip running the same per-chip micro-batch with the same options; None,
+with the reason in ``scaling_note``, when one chip cannot hold that), ``comm_s``, ``exposed_comm_s``,
+``bubble_s``, ``links`` (utilization per link class) and ``collectives`` -- say what the interconnect
+did. A one-chip run has ``num_chips`` 1, ``scaling_efficiency`` 1 and no communication.
+
+Memory is per chip and measured against the memory that must hold the step (:mod:`archsim.memory_fit`):
+main memory, or In-Processor Memory on IPUs, named by ``memory_technology``; what an IPU keeps in
+streaming memory is ``streaming_memory_bytes``.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from archsim.engine.replay import OpTiming
+from archsim.memory_fit import capacity_bytes, capacity_technology, split_bytes
 from archsim.models.base import Bound
 from archsim.spec.chip import ChipSpec
 from archsim.workloads.trace import Op, Phase, Trace
@@ -145,8 +151,13 @@ class RunResult:
     time_by_bound: dict[str, float]
     """Seconds of op time by what bound each op."""
     memory_bytes: int
-    """Device memory the step needs (per chip)."""
+    """Bytes of the step (per chip) held in the memory ``memory_capacity_bytes`` measures."""
     memory_capacity_bytes: int
+    """Capacity of the memory that must hold the step: main memory, In-Processor Memory on IPUs."""
+    memory_technology: str
+    """Which memory that is (a ``memory/`` name, e.g. ``hbm2``, ``ipu-in-processor-memory``)."""
+    streaming_memory_bytes: int = field(default=0, kw_only=True)
+    """Bytes of the step an IPU keeps in streaming memory (``--streaming-memory``; 0 elsewhere)."""
     system: str | None = field(default=None, kw_only=True)
     """The multi-chip system (None for a single chip)."""
     nodes: int = field(default=1, kw_only=True)
@@ -159,10 +170,12 @@ class RunResult:
     """All-reduce algorithm used for gradients."""
     global_batch: int = field(default=0, kw_only=True)
     """Samples per step, all replicas: ``batch * data_parallel``."""
-    single_chip_throughput: float = field(default=0.0, kw_only=True)
-    """Samples per second of one chip running the same per-chip batch alone."""
-    scaling_efficiency: float = field(default=1.0, kw_only=True)
-    """``throughput / (num_chips * single_chip_throughput)``."""
+    single_chip_throughput: float | None = field(default=None, kw_only=True)
+    """Samples per second of one chip running the same per-chip micro-batch alone (None: it cannot hold it)."""
+    scaling_efficiency: float | None = field(default=1.0, kw_only=True)
+    """``throughput / (num_chips * single_chip_throughput)``, never above 1 (None: no one-chip reference)."""
+    scaling_note: str | None = field(default=None, kw_only=True)
+    """Why ``scaling_efficiency`` is None (None when it is a number)."""
     comm_s: float = field(default=0.0, kw_only=True)
     """Seconds during which any inter-chip transfer was in flight."""
     exposed_comm_s: float = field(default=0.0, kw_only=True)
@@ -218,6 +231,23 @@ def to_json(result: RunResult) -> str:
     return json.dumps(result.to_dict(), indent=1, allow_nan=False)
 
 
+def _ratio(throughput: float, linear: float) -> float:
+    """Throughput over linear scaling; a rounding residue above 1 (same ops summed in another order) is cut."""
+    ratio = throughput / linear
+    return 1.0 if 1.0 < ratio <= 1.0 + 1e-9 else ratio
+
+
+def memory_fields(chip: ChipSpec, needed: int) -> dict[str, Any]:
+    """The memory fields of a record for a chip whose step needs ``needed`` bytes."""
+    held, streamed = split_bytes(chip, needed)
+    return {
+        "memory_bytes": held,
+        "memory_capacity_bytes": capacity_bytes(chip),
+        "memory_technology": capacity_technology(chip),
+        "streaming_memory_bytes": streamed,
+    }
+
+
 def build_result(
     *,
     target: str,
@@ -226,7 +256,6 @@ def build_result(
     timings: list[OpTiming],
     step_overhead_s: float,
     num_chips: int,
-    capacity_bytes: int,
 ) -> RunResult:
     """Assemble the result of a replay."""
     layers = tuple(LayerRecord.of(op, t, chip.clock) for op, t in zip(trace.ops, timings, strict=True))
@@ -256,8 +285,7 @@ def build_result(
         ops_time_s=ops_time_s,
         step_overhead_s=step_overhead_s,
         time_by_bound=by_bound,
-        memory_bytes=trace.memory_bytes,
-        memory_capacity_bytes=capacity_bytes,
+        **memory_fields(chip, trace.memory_bytes),
         global_batch=samples,
         single_chip_throughput=per_chip,
         throughput_unit=throughput_unit(trace),
@@ -284,8 +312,8 @@ def build_system_result(
     schedule: str | None,
     collective: str | None,
     memory_bytes: int,
-    capacity_bytes: int,
-    single_chip_step_s: float,
+    single_chip_step_s: float | None,
+    scaling_note: str | None,
     comm_s: float,
     exposed_comm_s: float,
     bubble_s: float,
@@ -297,7 +325,8 @@ def build_system_result(
 
     ``trace`` is one microbatch's (the per-chip batch when not pipelined); ``batch`` is the per-replica
     batch; ``entries`` the representative ops with their timings and stages; ``single_chip_step_s``
-    the step time of one chip running the same per-replica batch alone.
+    the step time of one chip running the same per-replica batch alone, or None with ``scaling_note``
+    saying why one chip cannot.
     """
     layers = tuple(LayerRecord.of(op, t, chip.clock, stage) for op, t, stage in entries)
     step_time_s = ops_time_s + step_overhead_s
@@ -311,7 +340,7 @@ def build_system_result(
     samples = batch * data_parallel
     throughput = samples / step_time_s
     per_chip = throughput / num_chips
-    single = batch / single_chip_step_s
+    single = None if single_chip_step_s is None else batch / single_chip_step_s
     return RunResult(
         target=target,
         workload=trace.name,
@@ -328,8 +357,7 @@ def build_system_result(
         ops_time_s=ops_time_s,
         step_overhead_s=step_overhead_s,
         time_by_bound=by_bound,
-        memory_bytes=memory_bytes,
-        memory_capacity_bytes=capacity_bytes,
+        **memory_fields(chip, memory_bytes),
         system=system,
         nodes=nodes,
         data_parallel=data_parallel,
@@ -339,7 +367,8 @@ def build_system_result(
         collective=collective,
         global_batch=samples,
         single_chip_throughput=single,
-        scaling_efficiency=throughput / (num_chips * single),
+        scaling_efficiency=None if single is None else _ratio(throughput, num_chips * single),
+        scaling_note=scaling_note,
         comm_s=comm_s,
         exposed_comm_s=exposed_comm_s,
         bubble_s=bubble_s,

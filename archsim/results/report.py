@@ -189,10 +189,10 @@ def run_summary(result: RunResult) -> list[tuple[str, str, Cell]]:
     for bound, seconds in result.time_by_bound.items():
         rows.append((f"{bound}_bound_s", f"time {bound}-bound", number(seconds, format_time(seconds))))
     rows += [
-        ("memory_bytes", "memory needed per chip", number(result.memory_bytes, format_bytes(result.memory_bytes))),
+        ("memory_bytes", "memory used per chip", number(result.memory_bytes, format_bytes(result.memory_bytes))),
         (
             "memory_capacity_bytes",
-            "memory capacity per chip",
+            f"memory capacity per chip ({result.memory_technology})",
             number(result.memory_capacity_bytes, format_bytes(result.memory_capacity_bytes)),
         ),
     ]
@@ -216,7 +216,9 @@ def _multichip_summary(result: RunResult) -> list[tuple[str, str, Cell]]:
         (
             "scaling_efficiency",
             "scaling efficiency",
-            number(result.scaling_efficiency, f"{100 * result.scaling_efficiency:.1f}%"),
+            number(result.scaling_efficiency, f"{100 * result.scaling_efficiency:.1f}%")
+            if result.scaling_efficiency is not None
+            else Cell(f"n/a: {result.scaling_note}", None),
         ),
         ("comm_s", "communication in flight", number(result.comm_s, format_time(result.comm_s))),
         ("exposed_comm_s", "exposed communication", number(result.exposed_comm_s, format_time(result.exposed_comm_s))),

@@ -24,7 +24,13 @@ def summary_lines(result: RunResult) -> list[str]:
         f"throughput    {result.throughput:.1f} {unit} ({n.per_chip:.1f} per chip, {per_watt} per W, "
         f"{per_bt} per billion transistors)",
         f"flops         {result.flops / 1e12:.3f} TFLOP per step, utilization {100 * result.utilization:.1f}% of peak",
-        f"memory        {format_bytes(result.memory_bytes)} needed of {format_bytes(result.memory_capacity_bytes)}",
+        f"memory        {format_bytes(result.memory_bytes)} used of {format_bytes(result.memory_capacity_bytes)} "
+        f"{result.memory_technology}"
+        + (
+            f", {format_bytes(result.streaming_memory_bytes)} in streaming memory"
+            if result.streaming_memory_bytes
+            else ""
+        ),
         f"op time by bound: {bounds}",
     ]
 

@@ -2,25 +2,32 @@
 
 The search path is, in order: folders given explicitly (the CLI's ``--lib``, or ``Library(paths)``),
 folders in the ``ARCHSIM_PATH`` environment variable (separated by ``os.pathsep``), then the built-in
-library (``chips/``, ``memory/``, ``interconnect/``, ``workloads/``, ``validation/``, ``sweeps/``), which
-ships inside the wheel and is read from the source tree in a checkout. A name found earlier in the path
-shadows a later one, so a user folder can replace a built-in chip. Every YAML file under a folder is indexed by its
-``kind``, ``name`` and ``aliases``; a path to a file works wherever a name does.
+library (``chips/``, ``memory/``, ``interconnect/``, ``software/``, ``workloads/``, ``validation/``,
+``sweeps/``), which ships inside the wheel and is read from the source tree in a checkout. A name
+found earlier in the path shadows a later one, so a user folder can replace a built-in chip. Every YAML
+file under a folder is indexed by its ``kind``, ``name`` and ``aliases``; a path to a file works wherever a name does.
+
+A system with one torus level can be sliced: ``SYSTEM:AxBxC`` (``tpu-v4-pod:4x4x4``) is the system
+with that level's shape replaced by the slice's, every dimension at most the pod's; which dimensions
+wrap around follows the level's ``wraparound_multiple``.
 """
 
 from __future__ import annotations
 
 import copy
 import difflib
+import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from archsim.errors import LookupFailed, SpecError
+from archsim.errors import LookupFailed, SpecError, UsageError
 from archsim.limits import description_files
 from archsim.spec.chip import ChipSpec, Family
+from archsim.spec.collective_library import CollectiveLibrarySpec
+from archsim.spec.common import parse_shape
 from archsim.spec.family import FamilySpec
 from archsim.spec.link import LinkSpec
 from archsim.spec.memory import MemorySpec
@@ -31,7 +38,7 @@ from archsim.spec.validation import ValidationSpec
 from archsim.spec.yamlio import read_yaml, validate
 
 ENV_VAR = "ARCHSIM_PATH"
-BUILTIN_FOLDERS = ("chips", "memory", "interconnect", "workloads", "validation", "sweeps")
+BUILTIN_FOLDERS = ("chips", "memory", "interconnect", "software", "workloads", "validation", "sweeps")
 SPEC_CLASSES: dict[str, type[Any]] = {
     "chip": ChipSpec,
     "family": FamilySpec,
@@ -39,6 +46,7 @@ SPEC_CLASSES: dict[str, type[Any]] = {
     "link": LinkSpec,
     "model": ModelSpec,
     "system": SystemSpec,
+    "collective-library": CollectiveLibrarySpec,
     "validation": ValidationSpec,
     "sweep": SweepSpec,
 }
@@ -166,8 +174,10 @@ class Library:
         return {kind for kind, _ in self._index}
 
     def find(self, kinds: Iterable[str], name: str) -> Entry:
-        """The entry for a name (or alias, or file path) of one of ``kinds``."""
+        """The entry for a name (or alias, or file path) of one of ``kinds``; ``SYSTEM:AxB`` is a slice."""
         kinds = tuple(kinds)
+        if "system" in kinds and ":" in name and not name.endswith((".yaml", ".yml")):
+            return self._slice(name)
         if name.endswith((".yaml", ".yml")) or os.sep in name:
             path = Path(name)
             entry = Entry(path, read_yaml(path))
@@ -183,6 +193,36 @@ class Library:
             return next(iter(folded.values()))
         known = sorted({n for (k, n) in self._index if k in kinds})
         raise LookupFailed(name, "", f"unknown {' or '.join(kinds)}; {suggest(name, known)}")
+
+    def _slice(self, target: str) -> Entry:
+        """The entry of ``SYSTEM:AxBxC``: the system's one torus level cut to that shape."""
+        base_name, _, shape_text = target.rpartition(":")
+        base = self.find(["system"], base_name)
+        levels = base.data.get("levels")
+        if not isinstance(levels, dict) or len(levels) != 1:
+            raise UsageError(target, "slice", f"{base.name} is not one torus level, so it has no slices")
+        ((level_name, level),) = levels.items()
+        if not isinstance(level, dict) or level.get("topology") != "torus":
+            raise UsageError(target, "slice", f"{base.name} is not one torus level, so it has no slices")
+        pod = level.get("shape")
+        if not isinstance(pod, list) or not all(isinstance(n, int) for n in pod):
+            raise SpecError(base.source, f"levels.{level_name}.shape", "must be a list of integers")
+        try:
+            shape = parse_shape(shape_text, len(pod))
+        except ValueError as err:
+            raise UsageError(target, "slice", str(err)) from None
+        if any(n > m for n, m in zip(shape, pod, strict=True)):
+            pod_text = "x".join(str(m) for m in pod)
+            raise UsageError(target, "slice", f"larger than the {pod_text} of {base.name} in some dimension")
+        sliced = {**level, "size": math.prod(shape), "shape": list(shape)}
+        data = {
+            **base.data,
+            "name": f"{base.name}-{'x'.join(map(str, shape))}",
+            "aliases": [],
+            "levels": {level_name: sliced},
+        }
+        data["description"] = f"{'x'.join(map(str, shape))} slice of {base.description or base.name}"
+        return Entry(Path(f"{base.path}:{'x'.join(map(str, shape))}"), data)
 
     def spec(self, entry: Entry) -> Any:
         """The validated spec of an entry (cached per file)."""
@@ -256,7 +296,40 @@ class Library:
                 self.link(link)
             except LookupFailed as err:
                 raise SpecError(source, field, err.problem) from None
+        if system.collective_library is not None:
+            try:
+                self.collective_library(system.collective_library)
+            except LookupFailed as err:
+                raise SpecError(source, "collective_library", f"{system.collective_library}: {err.problem}") from None
         return system
+
+    def collective_library(self, name: str) -> CollectiveLibrarySpec:
+        """A collective library by name, alias or path; a software stack (``kind: software``) gives its own.
+
+        A stack names its library in ``collective_library``; the library's sources are checked.
+        """
+        entry = self.find(["collective-library", "software"], name)
+        if entry.kind == "software":
+            named = entry.data.get("collective_library")
+            if not isinstance(named, str):
+                raise SpecError(entry.source, "collective_library", "missing or not a name")
+            try:
+                entry = self.find(["collective-library"], named)
+            except LookupFailed as err:
+                raise SpecError(entry.source, "collective_library", err.problem) from None
+        spec: CollectiveLibrarySpec = self.spec(entry)
+        missing = spec.missing_sources()
+        if missing:
+            raise SpecError(
+                entry.source, "sources", f"no source for {', '.join(missing)} (cite where its numbers come from)"
+            )
+        return spec
+
+    def system_collective_library(self, system: SystemSpec) -> CollectiveLibrarySpec | None:
+        """The collective library a system runs by default (its ``collective_library``), or None."""
+        if system.collective_library is None:
+            return None
+        return self.collective_library(system.collective_library)
 
     def sweep(self, name: str) -> SweepSpec:
         """A sweep description by name or path."""

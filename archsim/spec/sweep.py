@@ -43,7 +43,7 @@ from pydantic import (
 )
 
 from archsim.errors import UnitError
-from archsim.spec.common import Count, Fusion, Name, Precision, Spec
+from archsim.spec.common import Count, Fusion, Name, Precision, Spec, StreamingMemory
 from archsim.units import dimension_of, parse_any
 
 ROOTS = ("chip", "system", "link", "memory", "run")
@@ -60,6 +60,7 @@ RUN_SETTINGS = (
     "overlap",
     "fusion",
     "recompute",
+    "streaming_memory",
 )
 MAX_AXIS_VALUES = 100_000
 """Values one axis may take (a range that would produce more is refused)."""
@@ -87,6 +88,7 @@ class RunSettings(Spec):
     overlap: StrictBool = True
     fusion: Fusion = Fusion.NONE
     recompute: StrictBool = False
+    streaming_memory: StreamingMemory = StreamingMemory.NONE
 
 
 class WorkloadEntry(Spec):

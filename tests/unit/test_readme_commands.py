@@ -28,7 +28,7 @@ from archsim.cli import main
 README = Path(__file__).resolve().parents[2] / "README.md"
 SHELL = ("", "sh", "bash", "console", "shell")
 COMMAND = re.compile(r"^(archsim|pip|pytest|python|jupyter)\b")
-PLACEHOLDER = re.compile(r"[\[\]|]|\.\.\.|\b[A-Z][A-Z0-9_-]*\b")
+PLACEHOLDER = re.compile(r"[\[\]|]|\.\.\.|\b[A-Z][A-Z_-]*\b")
 """What makes a line a synopsis: brackets, alternatives, an ellipsis or an upper-case name (``TARGET``, ``N``)."""
 
 SMALL: list[tuple[str, str, str]] = [
@@ -86,7 +86,7 @@ def shell_lines(text: str) -> list[str]:
     for block in blocks(text, SHELL):
         command = False  # whether the line before was a command, which an indented line continues
         for raw in block.splitlines():
-            line = re.sub(r"\s+#.*", "", raw).rstrip()
+            line = re.sub(r"\s+#.*", "", re.sub(r"^\$ ", "", raw)).rstrip()  # a "$ " prompt shows a command
             if command and raw.startswith(" ") and line.strip():
                 lines[-1] += " " + line.strip()
             elif COMMAND.match(line):
