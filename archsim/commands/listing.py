@@ -21,6 +21,7 @@ TITLES = {
     "links": ("link",),
     "sweeps": ("sweep",),
     "software": ("software",),
+    "collective-libraries": ("collective-library",),
     "families": ("family",),
     "validation": ("validation",),
 }
