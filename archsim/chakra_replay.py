@@ -107,7 +107,7 @@ def replay_chakra(
     if entry.kind == "system":
         system = library.system(target)
         chip: ChipSpec = library.chip(system.chip)
-        fabric = fabric_for(system, library, 1, str(entry.path))
+        fabric = fabric_for(system, library, 1, entry.source)
         collectives = library.system_collective_library(system)
         num_chips = fabric.num_chips
     else:

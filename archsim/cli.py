@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
+from archsim import __version__
 from archsim.errors import ArchsimError, UsageError
 from archsim.limits import MAX_ARGUMENT
 from archsim.spec.common import Fusion, StreamingMemory
@@ -38,7 +39,7 @@ class _Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line and exit status 2."""
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError("archsim", "", message)
+        raise UsageError("", "", message)  # main prints "archsim: error: " before it, once
 
 
 def positive_int(text: str) -> int:
@@ -92,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="add a folder of YAML descriptions to the search path (before ARCHSIM_PATH and the built-ins)",
     )
     parser = _Parser(prog="archsim", description="Cycle-approximate accelerator architecture simulator.")
+    parser.add_argument("--version", action="version", version=f"archsim {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for module in SUBCOMMANDS:
         importlib.import_module(module).add_parser(sub, common)

@@ -123,7 +123,7 @@ def collective(
         raise UsageError("", "--nodes", f"must be a positive integer, got {nodes!r}")
     library = library or Library(search_path)
     entry = library.find(["system"], system)
-    source = str(entry.path)
+    source = entry.source
     spec: SystemSpec = library.system(system)
     lib = library.collective_library(software) if software else library.system_collective_library(spec)
     from archsim.systems import fabric_for  # systems imports the simulation stack: only when used

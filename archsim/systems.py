@@ -162,7 +162,7 @@ def simulate_system(
         )
         return SystemRun(result, timeline)
     system = library.system(target)
-    source = str(entry.path)
+    source = entry.source
     chip = library.chip(system.chip)
     run_mode = _choice(Mode, mode, "--mode")
     run_precision = chip.default_precision if precision is None else _choice(Precision, precision, "--precision")

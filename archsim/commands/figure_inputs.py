@@ -17,6 +17,7 @@ from archsim.errors import UsageError
 
 if TYPE_CHECKING:
     from archsim.results.records import RunResult
+    from archsim.results.timeline import Timeline
     from archsim.spec.library import Library
 
 
@@ -35,13 +36,16 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     add_memory_argument(parser)
 
 
-def simulate_run(args: argparse.Namespace) -> tuple[RunResult, Library]:
-    """The run the options of :func:`add_run_arguments` ask for, and the library it was looked up in."""
-    from archsim.api import simulate
+def simulate_run(args: argparse.Namespace) -> tuple[RunResult, Library, Timeline]:
+    """The run the options of :func:`add_run_arguments` ask for, its library and its recorded timeline.
+
+    The timeline is recorded so that the timeline figure shows the links' lanes as the Perfetto export does.
+    """
     from archsim.spec.library import Library
+    from archsim.systems import simulate_system
 
     library = Library(args.lib)
-    result = simulate(
+    run = simulate_system(
         args.target,
         args.workload,
         args.mode,
@@ -55,8 +59,9 @@ def simulate_run(args: argparse.Namespace) -> tuple[RunResult, Library]:
         fusion=args.fusion,
         recompute=args.recompute,
         streaming_memory=args.streaming_memory,
+        record=True,
     )
-    return result, library
+    return run.result, library, run.timeline
 
 
 def write_output(write: Callable[[Any, str], None], content: Any, out: str) -> None:

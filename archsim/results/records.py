@@ -120,7 +120,7 @@ class Normalized:
         """Normalize a per-chip throughput by ``chip``'s published TDP and transistor count."""
         return cls(
             per_chip=per_chip,
-            per_watt=per_chip / chip.tdp if chip.tdp else None,
+            per_watt=per_chip / chip.tdp_w if chip.tdp_w else None,
             per_billion_transistors=per_chip / (chip.transistors / 1e9) if chip.transistors else None,
         )
 
@@ -139,7 +139,7 @@ class RunResult:
     num_chips: int
     step_time_s: float
     throughput: float
-    """Samples (images, sequences) per second for the whole target."""
+    """Samples (images, sequences) per second for the whole target, in :attr:`throughput_unit`."""
     flops: int
     """FLOPs of one step, all chips together."""
     utilization: float
@@ -186,11 +186,44 @@ class RunResult:
     """``bubble_s`` over the time to the pipeline flush."""
     links: tuple[LinkRecord, ...] = field(default=(), kw_only=True)
     collectives: tuple[CollectiveRecord, ...] = field(default=(), kw_only=True)
+    chip_not_published: tuple[str, ...] = field(default=(), kw_only=True)
+    """The chip's figures its description says are not published (``tdp``, ``die_area``, ``process``): the
+    normalized throughputs they would give are None, and shown as ``not published``."""
+    throughput_unit: str = field(default="samples/s", kw_only=True)
+    """What :attr:`throughput` counts per second, from the workload (see :func:`throughput_unit`)."""
     layers: tuple[LayerRecord, ...]
+
+    def missing(self, figure: str) -> str:
+        """How to show a normalized throughput that needs ``figure`` (``tdp``, ``transistors``) and is None."""
+        return "not published" if figure in self.chip_not_published else "n/a"
+
+    def batch_scope(self) -> str:
+        """``batch`` with what it is per: ``8 per chip``, or on a system ``512 per replica (4 pipeline chips)``."""
+        if self.system is None:
+            return f"{self.batch} per chip"
+        if self.pipeline_stages > 1:
+            scope = f"{self.batch} per replica ({self.pipeline_stages} pipeline chips)"
+        else:
+            scope = f"{self.batch} per chip"
+        if self.microbatches > 1:
+            scope += f" in {self.microbatches} microbatches"
+        if self.data_parallel > 1:
+            scope += f", global {self.global_batch} over {self.data_parallel} replicas"
+        return scope
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict; layers in trace order."""
         return asdict(self)
+
+
+def throughput_unit(trace: Trace) -> str:
+    """What a run of ``trace`` counts per second, e.g. ``sequences/s``.
+
+    The trace's ``meta["sample"]`` when it names one (a decode step's ``token``), else ``sequence`` for a
+    workload with a sequence length, else ``sample``.
+    """
+    sample = trace.meta.get("sample") or ("sequence" if trace.seq_len is not None else "sample")
+    return f"{sample}s/s"
 
 
 def to_json(result: RunResult) -> str:
@@ -255,6 +288,8 @@ def build_result(
         **memory_fields(chip, trace.memory_bytes),
         global_batch=samples,
         single_chip_throughput=per_chip,
+        throughput_unit=throughput_unit(trace),
+        chip_not_published=chip.not_published(),
         layers=layers,
     )
 
@@ -340,5 +375,7 @@ def build_system_result(
         bubble_fraction=bubble_fraction,
         links=tuple(links),
         collectives=tuple(collectives),
+        throughput_unit=throughput_unit(trace),
+        chip_not_published=chip.not_published(),
         layers=layers,
     )

@@ -76,7 +76,7 @@ def _load(sweep: str | os.PathLike[str] | SweepSpec, folders: tuple[str, ...]) -
     name = os.fspath(sweep)
     entry = library.find(["sweep"], name)
     spec: SweepSpec = library.spec(entry)
-    return spec, str(entry.path)
+    return spec, entry.source
 
 
 def plan(
@@ -143,7 +143,7 @@ def _chunks(todo: list[Task], jobs: int, chunk_size: int | None) -> list[list[Ta
 
 
 def _progress(total: int, done: int, name: str, enabled: bool) -> Any:
-    from tqdm import tqdm
+    from tqdm.auto import tqdm  # a widget in a notebook (ipywidgets), text on standard error elsewhere
 
     return tqdm(
         total=total, initial=done, unit="run", desc=name, disable=not enabled, file=sys.stderr, dynamic_ncols=True

@@ -110,7 +110,7 @@ def design_columns(chip: ChipSpec, result: RunResult) -> dict[str, Any]:
     return {
         "chip": chip.name,
         "peak_flops": chip.peak_flops(Precision(result.precision)) * chips,
-        "tdp_w": None if chip.tdp is None else chip.tdp * chips,
+        "tdp_w": None if chip.tdp_w is None else chip.tdp_w * chips,
         "transistors": chip.transistors,
         "onchip_memory_bytes": onchip_memory_bytes(chip),
         "main_memory_bandwidth": chip.memory.main.bandwidth,

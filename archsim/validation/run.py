@@ -129,7 +129,7 @@ def prepare(row: Row, library: Library) -> Prepared:
     entry = library.find(["chip", "system"], row.target)
     if entry.kind == "system":
         system = library.system(row.target)
-        source = str(entry.path)
+        source = entry.source
         parallel = ParallelOptions(microbatches=row.microbatches, trace=options)
         trace, microbatches = system_trace(
             system, source, row.workload, mode, row.batch, precision, row.seq_len, library, parallel

@@ -186,10 +186,10 @@ def _build(
     else:
         entry = library.find(["model", "trace"], workload)
     if entry.kind == "trace":
-        _built_already(str(entry.path), options)
-        trace = trace_from_data(entry.data, str(entry.path))
+        _built_already(entry.source, options)
+        trace = trace_from_data(entry.data, entry.source)
         checked = batch if fixed_batch_checked else None
-        return _file_trace(trace, str(entry.path), mode, checked, precision, seq_len), True
+        return _file_trace(trace, entry.source, mode, checked, precision, seq_len), True
     spec: ModelSpec = library.spec(entry)
     return _model_trace(spec, workload, mode, batch, precision, seq_len, options), False
 
