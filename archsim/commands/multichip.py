@@ -77,6 +77,8 @@ def simulate_args(args: argparse.Namespace) -> RunResult:
         fusion=args.fusion,
         recompute=args.recompute,
         streaming_memory=args.streaming_memory,
+        prompt_len=args.prompt_len,
+        gen_len=args.gen_len,
     )
     if args.timeline is not None:
         write_timeline(run.timeline, args.timeline)

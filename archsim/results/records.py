@@ -27,7 +27,7 @@ from archsim.engine.replay import OpTiming
 from archsim.memory_fit import capacity_bytes, capacity_technology, split_bytes
 from archsim.models.base import Bound
 from archsim.spec.chip import ChipSpec
-from archsim.workloads.trace import Op, Phase, Trace
+from archsim.workloads.trace import Mode, Op, Phase, Trace
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +139,8 @@ class RunResult:
     num_chips: int
     step_time_s: float
     throughput: float
-    """Samples (images, sequences) per second for the whole target."""
+    """Samples (images, sequences) per second for the whole target; tokens per second in the
+    ``prefill`` and ``decode`` modes (``throughput_unit`` says which)."""
     flops: int
     """FLOPs of one step, all chips together."""
     utilization: float
@@ -186,6 +187,21 @@ class RunResult:
     """``bubble_s`` over the time to the pipeline flush."""
     links: tuple[LinkRecord, ...] = field(default=(), kw_only=True)
     collectives: tuple[CollectiveRecord, ...] = field(default=(), kw_only=True)
+    throughput_unit: str = field(default="samples/s", kw_only=True)
+    """``samples/s``, or ``tokens/s`` in the ``prefill`` and ``decode`` modes."""
+    tokens_per_s: float | None = field(default=None, kw_only=True)
+    """Tokens per second, whole target: prompt tokens processed (prefill), new tokens generated
+    (decode); None in other modes."""
+    ttft_s: float | None = field(default=None, kw_only=True)
+    """Prefill: time to first token, the step time (the prompt's forward pass); None otherwise."""
+    tpot_s: float | None = field(default=None, kw_only=True)
+    """Decode: time per output token, the step time (one token per sequence at the mean context)."""
+    prompt_len: int | None = field(default=None, kw_only=True)
+    gen_len: int | None = field(default=None, kw_only=True)
+    """Decode: tokens generated per sequence (the mean context and the KV cache follow from it)."""
+    kv_cache_bytes: int = field(default=0, kw_only=True)
+    """Bytes of the KV cache per chip, part of ``memory_bytes`` (prefill: the prompt's; decode: prompt
+    and generated tokens)."""
     layers: tuple[LayerRecord, ...]
 
     def to_dict(self) -> dict[str, Any]:
@@ -202,6 +218,32 @@ def _ratio(throughput: float, linear: float) -> float:
     """Throughput over linear scaling; a rounding residue above 1 (same ops summed in another order) is cut."""
     ratio = throughput / linear
     return 1.0 if 1.0 < ratio <= 1.0 + 1e-9 else ratio
+
+
+def tokens_per_sample(trace: Trace) -> int:
+    """What one sample counts for in ``throughput``.
+
+    Its prompt's tokens (prefill), its one new token (decode), or 1 (a sample, in the other modes).
+    """
+    if trace.mode is Mode.PREFILL and trace.seq_len is not None:
+        return trace.seq_len
+    return 1
+
+
+def generation_fields(trace: Trace, throughput: float, step_time_s: float) -> dict[str, Any]:
+    """The text-generation fields of a record (prefill and decode; empty otherwise)."""
+    if not trace.mode.is_generation:
+        return {}
+    decode = trace.mode is Mode.DECODE
+    return {
+        "throughput_unit": "tokens/s",
+        "tokens_per_s": throughput,
+        "ttft_s": None if decode else step_time_s,
+        "tpot_s": step_time_s if decode else None,
+        "prompt_len": trace.seq_len,
+        "gen_len": int(trace.meta["gen_len"]) if decode else None,
+        "kv_cache_bytes": int(trace.meta.get("kv_cache_bytes", "0")),
+    }
 
 
 def memory_fields(chip: ChipSpec, needed: int) -> dict[str, Any]:
@@ -232,7 +274,7 @@ def build_result(
     for t in timings:
         by_bound[t.cost.bound.value] += t.end_s - t.start_s
     samples = trace.batch * num_chips
-    throughput = samples / step_time_s
+    throughput = samples * tokens_per_sample(trace) / step_time_s
     flops = trace.flops * num_chips
     peak = chip.peak[trace.precision] * num_chips
     per_chip = throughput / num_chips
@@ -253,6 +295,7 @@ def build_result(
         step_overhead_s=step_overhead_s,
         time_by_bound=by_bound,
         **memory_fields(chip, trace.memory_bytes),
+        **generation_fields(trace, throughput, step_time_s),
         global_batch=samples,
         single_chip_throughput=per_chip,
         layers=layers,
@@ -303,9 +346,9 @@ def build_system_result(
     replica_flops = (trace.flops - update_flops) * microbatches + update_flops
     flops = replica_flops * data_parallel
     samples = batch * data_parallel
-    throughput = samples / step_time_s
+    throughput = samples * tokens_per_sample(trace) / step_time_s
     per_chip = throughput / num_chips
-    single = None if single_chip_step_s is None else batch / single_chip_step_s
+    single = None if single_chip_step_s is None else batch * tokens_per_sample(trace) / single_chip_step_s
     return RunResult(
         target=target,
         workload=trace.name,
@@ -323,6 +366,7 @@ def build_system_result(
         step_overhead_s=step_overhead_s,
         time_by_bound=by_bound,
         **memory_fields(chip, memory_bytes),
+        **generation_fields(trace, throughput, step_time_s),
         system=system,
         nodes=nodes,
         data_parallel=data_parallel,

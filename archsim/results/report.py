@@ -158,6 +158,7 @@ def run_summary(result: RunResult) -> list[tuple[str, str, Cell]]:
     when the run has more than one chip; for one chip they are trivial.
     """
     unit = "sequences/s" if result.seq_len is not None else "samples/s"
+    unit = result.throughput_unit if result.tokens_per_s is not None else unit
     n = result.normalized
     rows: list[tuple[str, str, Cell]] = [
         ("target", "target", word(result.target)),

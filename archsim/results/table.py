@@ -9,6 +9,7 @@ from archsim.units import format_bytes, format_time
 def summary_lines(result: RunResult) -> list[str]:
     """The run's headline numbers, one per line."""
     unit = "sequences/s" if result.seq_len is not None else "samples/s"
+    unit = result.throughput_unit if result.tokens_per_s is not None else unit
     seq = f", seq_len {result.seq_len}" if result.seq_len is not None else ""
     n = result.normalized
     per_watt = f"{n.per_watt:.3g}" if n.per_watt is not None else "n/a"
@@ -30,7 +31,23 @@ def summary_lines(result: RunResult) -> list[str]:
             else ""
         ),
         f"op time by bound: {bounds}",
+        *generation_lines(result),
     ]
+
+
+def generation_lines(result: RunResult) -> list[str]:
+    """Prefill and decode: time to first token or per output token, and the KV cache (none otherwise)."""
+    if result.tokens_per_s is None:
+        return []
+    if result.ttft_s is not None:
+        latency = f"time to first token {format_time(result.ttft_s)} (prompt of {result.prompt_len} tokens)"
+    else:
+        assert result.tpot_s is not None
+        latency = (
+            f"time per output token {format_time(result.tpot_s)} (prompt {result.prompt_len}, "
+            f"{result.gen_len} generated: one step at the mean context)"
+        )
+    return [f"generation    {latency}", f"kv cache      {format_bytes(result.kv_cache_bytes)} of the memory used"]
 
 
 def layer_table(result: RunResult) -> list[str]:
