@@ -197,6 +197,6 @@ def check_needs(
     )
     if remedies:
         problem += "; it fits with " + ", or ".join(remedies)
-    if trace.parameters:
+    if trace.parameters and not trace.mode.is_generation:  # generation runs data parallel only
         problem += "; more pipeline stages (--pipeline-stages, on a system) divide its weights"
     raise CapacityError(chip.name, field, problem)

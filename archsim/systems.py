@@ -170,6 +170,10 @@ def simulate_system(
     source = str(entry.path)
     chip = library.chip(system.chip)
     run_mode = _choice(Mode, mode, "--mode")
+    if run_mode.is_generation and (pipeline_stages != 1 or microbatches is not None):
+        flag = "--pipeline-stages" if pipeline_stages != 1 else "--microbatches"
+        problem = "prefill and decode run data parallel only: pipelined generation is not modelled yet"
+        raise UsageError(source, flag, problem)
     run_precision = chip.default_precision if precision is None else _choice(Precision, precision, "--precision")
     if run_precision not in chip.peak:
         supported = ", ".join(p.value for p in chip.precisions)

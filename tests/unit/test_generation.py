@@ -153,3 +153,11 @@ def test_report_and_plots_take_the_generation_options(capsys: pytest.CaptureFixt
     figure = tmp_path / "roofline.html"
     argv = ("plot", "roofline", "h100", "llama3-8b", "--mode", "prefill", "--prompt-len", "128")
     assert run_cli(capsys, *argv, "--out", str(figure))[0] == 0
+
+
+def test_generation_on_a_system_is_data_parallel_only(library: Library) -> None:
+    with pytest.raises(UsageError, match="pipelined generation is not modelled"):
+        simulate("dgx-a100", "llama2-7b", mode="decode", pipeline_stages=2, batch=4, library=library)
+    with pytest.raises(CapacityError) as err:
+        simulate("a100-80gb", "gpt3-175b", mode="decode", library=library)
+    assert "pipeline" not in err.value.line()  # no remedy that generation cannot take
