@@ -91,7 +91,7 @@ def scaling_line(result: RunResult) -> str:
         return f"scaling       n/a: {result.scaling_note}"
     return (
         f"scaling       {100 * result.scaling_efficiency:.1f}% of {result.num_chips} x one chip "
-        f"({result.single_chip_throughput:.1f} samples/s alone)"
+        f"({result.single_chip_throughput:.1f} {result.throughput_unit} alone)"
     )
 
 

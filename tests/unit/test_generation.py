@@ -161,3 +161,9 @@ def test_generation_on_a_system_is_data_parallel_only(library: Library) -> None:
     with pytest.raises(CapacityError) as err:
         simulate("a100-80gb", "gpt3-175b", mode="decode", library=library)
     assert "pipeline" not in err.value.line()  # no remedy that generation cannot take
+
+
+def test_cli_system_summary_counts_tokens(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "run", "dgx-a100", "gpt2", "--mode", "decode", "--batch", "2")
+    assert code == 0
+    assert "tokens/s alone" in out and "samples/s" not in out
