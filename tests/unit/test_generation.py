@@ -167,3 +167,11 @@ def test_cli_system_summary_counts_tokens(capsys: pytest.CaptureFixture[str]) ->
     code, out, _ = run_cli(capsys, "run", "dgx-a100", "gpt2", "--mode", "decode", "--batch", "2")
     assert code == 0
     assert "tokens/s alone" in out and "samples/s" not in out
+
+
+def test_from_torch_refuses_the_generation_modes() -> None:
+    torch = pytest.importorskip("torch")
+    from archsim.workloads import from_torch
+
+    with pytest.raises(UsageError, match="decoder language models"):
+        from_torch(torch.nn.Linear(4, 4), (torch.zeros(2, 4),), mode="decode")
