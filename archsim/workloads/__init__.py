@@ -151,7 +151,9 @@ def build_trace(
     YAML file, or an inline ``gemm:MxNxK`` / ``gemm:BxMxNxK``. ``batch`` is per chip; None means
     the model's ``default_batch`` for ``mode`` (an inline GEMM's batch is 1 and any other value is
     an error: a batched GEMM puts it in the shape). ``seq_len`` is for sequence models only; None
-    means the model's ``default_seq_len``, and more than ``max_position`` is an error. A trace file
+    means the model's ``default_seq_len``, and more than ``max_position`` is an error. ``prefill`` and
+    ``decode`` (decoder language models only) take the prompt's length as ``seq_len`` (None: 128) and
+    ``options.gen_len`` (decode; None: 128), prompt and generation within ``max_position``. A trace file
     is returned as stored: its mode and precision must equal those asked, and its batch and
     sequence length must equal ``batch`` and ``seq_len`` unless those are None. ``options`` (fusion,
     recomputation; :class:`~archsim.workloads.options.TraceOptions`) apply to every workload that is
