@@ -219,3 +219,20 @@ def test_bad_descriptions_name_the_field(
     with pytest.raises(SpecError, match="decoder") as err:
         build_trace(model_file(tmp_path, "llama2-7b", **changes), library, Mode.INFER, 1, Precision.BF16, 16)
     assert fragment in err.value.line()
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_PARAMETERS))
+def test_every_field_cites_its_source(name: str) -> None:
+    root = next(r for r in builtin_roots() if r.name == "workloads")
+    data = yaml.safe_load((root / f"{name}.yaml").read_text())
+    keys = set(data["sources"])
+
+    def paths(node: object, prefix: str) -> list[str]:
+        if not isinstance(node, dict):
+            return [prefix]
+        return [p for key, value in node.items() for p in paths(value, f"{prefix}.{key}")]
+
+    fields = [*paths(data["decoder"], "decoder"), "default_batch", "optimizer"]
+    missing = [f for f in fields if not any(f == k or f.startswith(k + ".") for k in keys)]
+    assert not missing
+    assert all(isinstance(text, str) and text.strip() for text in data["sources"].values())
