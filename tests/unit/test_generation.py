@@ -99,7 +99,7 @@ def test_a_kv_cache_that_does_not_fit_names_the_largest_batch(library: Library) 
 )
 def test_refusals(library: Library, workload: str, kwargs: dict[str, object], fragment: str) -> None:
     with pytest.raises(UsageError) as err:
-        simulate("a100-80gb", workload, library=library, **kwargs)  # type: ignore[arg-type]
+        simulate("a100-80gb", workload, library=library, **kwargs)
     assert fragment in err.value.line()
 
 
@@ -151,8 +151,8 @@ def test_report_and_plots_take_the_generation_options(capsys: pytest.CaptureFixt
     assert (code, err) == (0, "")
     assert "tokens/s" in page.read_text()
     figure = tmp_path / "roofline.html"
-    argv = ("plot", "roofline", "h100", "llama3-8b", "--mode", "prefill", "--prompt-len", "128")
-    assert run_cli(capsys, *argv, "--out", str(figure))[0] == 0
+    plot = ("plot", "roofline", "h100", "llama3-8b", "--mode", "prefill", "--prompt-len", "128")
+    assert run_cli(capsys, *plot, "--out", str(figure))[0] == 0
 
 
 def test_generation_on_a_system_is_data_parallel_only(library: Library) -> None:
