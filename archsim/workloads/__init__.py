@@ -222,7 +222,9 @@ def build_trace(
 
 
 def _built_already(source: str, options: TraceOptions) -> None:
-    """A trace file keeps the fusion and recomputation it was built with."""
+    """A trace file keeps the fusion, recomputation and generation length it was built with."""
     if not options.is_default:
         flag = "--recompute" if options.recompute else "--fusion"
         raise UsageError(source, flag, "a trace file is already built; fuse or recompute when building it")
+    if options.gen_len is not None:
+        raise UsageError(source, "--gen-len", "a trace file is already built for its generation length")

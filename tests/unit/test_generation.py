@@ -175,3 +175,19 @@ def test_from_torch_refuses_the_generation_modes() -> None:
 
     with pytest.raises(UsageError, match="decoder language models"):
         from_torch(torch.nn.Linear(4, 4), (torch.zeros(2, 4),), mode="decode")
+
+
+def test_a_decode_trace_file_runs_as_built(library: Library, tmp_path: Path) -> None:
+    from archsim.spec.common import Precision
+    from archsim.workloads import build_trace, write_trace
+    from archsim.workloads.options import TraceOptions
+    from archsim.workloads.trace import Mode
+
+    trace = build_trace("gpt2", library, Mode.DECODE, 2, Precision.FP16, 64, TraceOptions(gen_len=16))
+    path = tmp_path / "decode.yaml"
+    write_trace(trace, path)
+    result = simulate("a100-80gb", str(path), mode="decode", library=library)
+    built = simulate("a100-80gb", "gpt2", mode="decode", batch=2, prompt_len=64, gen_len=16, library=library)
+    assert (result.gen_len, result.kv_cache_bytes, result.tpot_s) == (16, built.kv_cache_bytes, built.tpot_s)
+    with pytest.raises(UsageError, match="already built for its generation length"):
+        simulate("a100-80gb", str(path), mode="decode", gen_len=8, library=library)
