@@ -21,6 +21,8 @@ from archsim.results.records import RunResult, build_result
 from archsim.spec.chip import ChipSpec, Efficiency, Family
 from archsim.spec.common import Fusion, Precision
 from archsim.spec.library import Library
+from archsim.spec.software import SoftwareSpec
+from archsim.stack import check_name, default_software, is_kernel, planned_software, stack_efficiency, stack_options
 from archsim.workloads import build_trace
 from archsim.workloads.memory import resident_bytes
 from archsim.workloads.options import TraceOptions
@@ -91,8 +93,9 @@ def simulate(
     collective: str | None = None,
     bucket_bytes: int | None = None,
     overlap: bool = True,
-    fusion: str | Fusion = Fusion.NONE,
-    recompute: bool = False,
+    fusion: str | Fusion | None = None,
+    recompute: bool | None = None,
+    software: str | None = None,
 ) -> RunResult:
     """Replay ``workload`` on ``target`` and return the run's records.
 
@@ -100,9 +103,10 @@ def simulate(
     ``gemm:MxNxK``. ``batch`` is per chip (None: the model's default for the mode, halved until the
     step fits the chip's memory -- the in-processor memory on IPUs); ``precision``
     None means the chip's default (fp16, or bf16 on TPUs). Bad arguments raise
-    :class:`~archsim.errors.ArchsimError` subclasses naming the argument. ``fusion`` (``none`` or
-    ``norm-act``) and ``recompute`` say how the framework runs the graph
-    (:class:`~archsim.workloads.options.TraceOptions`).
+    :class:`~archsim.errors.ArchsimError` subclasses naming the argument. ``software`` names the
+    stack that runs the graph (``software/``; None: the chip's default, see :mod:`archsim.stack`);
+    ``fusion`` (``none`` or ``norm-act``) and ``recompute`` override what that stack does (None: as
+    it does; :class:`~archsim.workloads.options.TraceOptions`).
 
     ``target`` may also be a multi-chip system (``interconnect/systems/``); the keyword arguments
     then spread the workload over it (see :func:`archsim.systems.simulate_system`, where they are
@@ -116,7 +120,8 @@ def simulate(
         if value is not None and value > MAX_ARGUMENT:
             raise LimitError("", flag, f"must be at most {MAX_ARGUMENT}")
     library = library or Library(search_path)
-    options = trace_options(fusion, recompute)
+    explicit = check_name(software)
+    trace_options(fusion, recompute)  # checked before anything is built
     multichip = nodes is not None or pipeline_stages != 1 or microbatches is not None
     if multichip or library.find(["chip", "system"], target).kind == "system":
         from archsim.systems import simulate_system  # imported here: archsim.systems builds on this module
@@ -136,8 +141,9 @@ def simulate(
             collective=collective,
             bucket_bytes=bucket_bytes,
             overlap=overlap,
-            fusion=options.fusion,
-            recompute=options.recompute,
+            fusion=fusion,
+            recompute=recompute,
+            software=explicit,
         ).result
     resolved = resolve_target(target, library)
     chip = resolved.chip
@@ -146,27 +152,45 @@ def simulate(
     if run_precision not in chip.peak:
         supported = ", ".join(p.value for p in chip.precisions)
         raise UsageError(chip.name, "--precision", f"{run_precision.value} is not supported (supported: {supported})")
+    stack = planned_software(library, chip, explicit, workload)
+    options = stack_trace_options(stack, run_mode, run_precision, fusion, recompute)
     trace = build_trace(workload, library, run_mode, batch, run_precision, seq_len, options)
     if batch is None and "model" in trace.meta:
         # the default batch is the model's, halved until the step fits the chip's preferred memory
         fits = preferred_capacity_bytes(chip)
         while trace.memory_bytes > fits and trace.batch > 1:
             trace = build_trace(workload, library, run_mode, trace.batch // 2, run_precision, seq_len, options)
-    return run_trace(resolved, trace, library)
+    return run_trace(resolved, trace, library, software=stack if explicit is not None else None)
 
 
-def trace_options(fusion: str | Fusion, recompute: bool) -> TraceOptions:
-    """The trace options of a run, checked (``--fusion``, ``--recompute``)."""
-    if not isinstance(recompute, bool):
+def trace_options(fusion: str | Fusion | None, recompute: bool | None) -> TraceOptions:
+    """The trace options asked explicitly, checked (``--fusion``, ``--recompute``; None: not asked)."""
+    if recompute is not None and not isinstance(recompute, bool):
         raise UsageError("", "--recompute", f"must be true or false, got {recompute!r}")
-    return TraceOptions(_choice(Fusion, fusion, "--fusion"), recompute)
+    return TraceOptions(Fusion.NONE if fusion is None else _choice(Fusion, fusion, "--fusion"), bool(recompute))
 
 
-def run_trace(target: Target, trace: Trace, library: Library, family_efficiency: Efficiency | None = None) -> RunResult:
+def stack_trace_options(
+    stack: SoftwareSpec, mode: Mode, precision: Precision, fusion: str | Fusion | None, recompute: bool | None
+) -> TraceOptions:
+    """The trace options of a run on ``stack``: its rewrites, with ``fusion``/``recompute`` over them."""
+    trace_options(fusion, recompute)
+    chosen = None if fusion is None else _choice(Fusion, fusion, "--fusion")
+    return stack_options(stack, mode, precision, chosen, recompute)
+
+
+def run_trace(
+    target: Target,
+    trace: Trace,
+    library: Library,
+    family_efficiency: Efficiency | None = None,
+    software: SoftwareSpec | None = None,
+) -> RunResult:
     """Replay an already built trace on a resolved target.
 
     ``family_efficiency`` replaces the family file's efficiency parameters (the chip's own overrides
-    still apply); calibration uses it to try parameter values without writing YAML.
+    still apply); calibration uses it to try parameter values without writing YAML. ``software`` is
+    the stack that runs it (None: the chip's default for this trace, see :mod:`archsim.stack`).
     """
     check_trace_ops(len(trace.ops), trace.name)
     chip = target.chip
@@ -178,11 +202,9 @@ def run_trace(target: Target, trace: Trace, library: Library, family_efficiency:
             f"batch {trace.batch} needs {trace.memory_bytes / 2**30:.1f} GiB, "
             f"more than the chip's {capacity / 2**30:.1f} GiB",
         )
-    base = family_efficiency if family_efficiency is not None else library.family(chip.family).efficiency
-    efficiency = base.merged(chip.efficiency)
-    model = cost_model_for(
-        chip, efficiency, trace.precision, resident_bytes(trace), framework_overhead_s(efficiency, trace)
-    )
+    stack = software if software is not None else default_software(library, chip, is_kernel(trace))
+    efficiency = stack_efficiency(library, chip, stack, trace.precision, family_efficiency)
+    model = cost_model_for(chip, efficiency, trace.precision, resident_bytes(trace), framework_overhead_s(efficiency))
     assert efficiency.host_overhead is not None
     timings = replay(trace, model, efficiency.host_overhead)
     assert efficiency.step_overhead is not None
@@ -196,4 +218,6 @@ def run_trace(target: Target, trace: Trace, library: Library, family_efficiency:
         step_overhead_s=efficiency.step_overhead if trace.mode is Mode.TRAIN else 0.0,
         num_chips=target.num_chips,
         capacity_bytes=capacity,
+        software=stack.name,
+        input_samples_per_s=stack.input_pipeline,
     )

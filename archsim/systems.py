@@ -22,7 +22,14 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from archsim.api import _choice, capacity_bytes, preferred_capacity_bytes, simulate, trace_options
+from archsim.api import (
+    _choice,
+    capacity_bytes,
+    preferred_capacity_bytes,
+    simulate,
+    stack_trace_options,
+    trace_options,
+)
 from archsim.engine.collectives import DEFAULT_CHUNK_BYTES, resolve_algorithm
 from archsim.engine.network import Lane
 from archsim.engine.parallel import (
@@ -47,7 +54,9 @@ from archsim.results.timeline import MIRRORED_CHIPS, Timeline, TimelineSpan
 from archsim.spec.chip import ChipSpec, Efficiency
 from archsim.spec.common import Fusion, Precision
 from archsim.spec.library import Library
+from archsim.spec.software import SoftwareSpec
 from archsim.spec.system import SystemSpec
+from archsim.stack import check_name, default_software, is_kernel, planned_software, stack_efficiency
 from archsim.workloads import build_trace
 from archsim.workloads.memory import resident_bytes
 from archsim.workloads.options import TraceOptions
@@ -73,7 +82,9 @@ class ParallelOptions:
     overlap: bool = True
     chunk_bytes: float = DEFAULT_CHUNK_BYTES
     trace: TraceOptions = field(default_factory=TraceOptions)
-    """How each chip's trace is built (fusion, recomputation)."""
+    """How each chip's trace is built (fusion, recomputation, the software's rewrites)."""
+    software: SoftwareSpec | None = None
+    """The stack that runs each chip's graph (None: the chip's default)."""
 
 
 @dataclass
@@ -102,8 +113,9 @@ def simulate_system(
     overlap: bool = True,
     record: bool = False,
     search_path: Sequence[str] = (),
-    fusion: str | Fusion = Fusion.NONE,
-    recompute: bool = False,
+    fusion: str | Fusion | None = None,
+    recompute: bool | None = None,
+    software: str | None = None,
 ) -> SystemRun:
     """Simulate ``workload`` on a system (or a chip) and return the result and, if ``record``, its timeline.
 
@@ -116,12 +128,14 @@ def simulate_system(
     * ``schedule``: ``1f1b`` or ``gpipe``; ``collective``: ``auto``, ``ring``, ``tree``,
       ``hierarchical`` or ``torus``; ``bucket_bytes``: gradient bucket size (None: 25 MiB);
       ``overlap``: all-reduce buckets during the backward pass.
-    * ``fusion``, ``recompute``: how the framework runs the graph, as in :func:`archsim.simulate`.
+    * ``software``, ``fusion``, ``recompute``: the stack that runs the graph and what it does, as in
+      :func:`archsim.simulate`.
 
     A chip target with none of the multi-chip options runs as :func:`archsim.simulate` does.
     """
     library = library or Library(search_path)
-    trace_opts = trace_options(fusion, recompute)
+    explicit = check_name(software)
+    trace_options(fusion, recompute)
     for flag, value in (("--nodes", nodes), ("--pipeline-stages", pipeline_stages), ("--microbatches", microbatches)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise UsageError("", flag, f"must be a positive integer, got {value!r}")
@@ -137,7 +151,16 @@ def simulate_system(
         if nodes is not None or pipeline_stages != 1 or microbatches is not None:
             raise UsageError(target, flag, "needs a multi-chip system as the target, not a chip")
         result = simulate(
-            target, workload, mode, batch, precision, seq_len, library, fusion=fusion, recompute=recompute
+            target,
+            workload,
+            mode,
+            batch,
+            precision,
+            seq_len,
+            library,
+            fusion=fusion,
+            recompute=recompute,
+            software=explicit,
         )
         spans = [(layer.name, layer.start_s, layer.end_s, layer.phase) for layer in result.layers]
         timeline = (
@@ -152,6 +175,7 @@ def simulate_system(
     if run_precision not in chip.peak:
         supported = ", ".join(p.value for p in chip.precisions)
         raise UsageError(chip.name, "--precision", f"{run_precision.value} is not supported (supported: {supported})")
+    stack = planned_software(library, chip, explicit, workload)
     options = ParallelOptions(
         nodes=nodes or 1,
         pipeline_stages=pipeline_stages,
@@ -160,7 +184,8 @@ def simulate_system(
         collective=collective,
         bucket_bytes=bucket_bytes or DEFAULT_BUCKET_BYTES,
         overlap=overlap,
-        trace=trace_opts,
+        trace=stack_trace_options(stack, run_mode, run_precision, fusion, recompute),
+        software=stack if explicit is not None else None,
     )
     return run_system(system, source, workload, run_mode, batch, run_precision, seq_len, library, options, record)
 
@@ -234,11 +259,11 @@ def replay_system(
     fabric = fabric_for(system, library, options.nodes, source)
     placement = place(fabric, options.pipeline_stages, source)
     chip = library.chip(system.chip)
-    base = family_efficiency if family_efficiency is not None else library.family(chip.family).efficiency
-    efficiency = base.merged(chip.efficiency)
+    stack = options.software if options.software is not None else default_software(library, chip, is_kernel(trace))
+    efficiency = stack_efficiency(library, chip, stack, trace.precision, family_efficiency)
     algorithm = resolve_algorithm(options.collective, fabric, source)
     comm = CommOptions(algorithm, options.bucket_bytes, options.overlap, options.chunk_bytes)
-    context = _Context(system, source, fabric, placement, chip, efficiency, comm, options, record, trace.mode)
+    context = _Context(system, source, fabric, placement, chip, efficiency, comm, options, record, trace.mode, stack)
     if microbatches is None:
         return context.data_parallel(trace)
     return context.pipelined(trace, microbatches)
@@ -301,6 +326,7 @@ class _Context:
     options: ParallelOptions
     record: bool
     mode: Mode
+    software: SoftwareSpec
 
     @property
     def issue_s(self) -> float:
@@ -320,7 +346,7 @@ class _Context:
         only the update touches is left out of the footprint the ops work with (see
         :func:`~archsim.workloads.memory.resident_bytes`).
         """
-        framework_s = framework_overhead_s(self.efficiency, trace)
+        framework_s = framework_overhead_s(self.efficiency)
         footprint = resident_bytes(trace, needed, share)
         return cost_model_for(self.chip, self.efficiency, trace.precision, footprint, framework_s)
 
@@ -461,6 +487,8 @@ class _Context:
             single_chip_step_s=single_step_s,
             comm_s=comm.busy_s(),
             exposed_comm_s=exposed_s,
+            software=self.software.name,
+            input_samples_per_s=self.software.input_pipeline,
             bubble_s=bubble[0],
             bubble_fraction=bubble[1],
             links=link_records(comm.lanes, step_s),

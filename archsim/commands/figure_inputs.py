@@ -53,6 +53,7 @@ def simulate_run(args: argparse.Namespace) -> tuple[RunResult, Library]:
         microbatches=args.microbatches,
         fusion=args.fusion,
         recompute=args.recompute,
+        software=args.software,
     )
     return result, library
 

@@ -76,6 +76,7 @@ def simulate_args(args: argparse.Namespace) -> RunResult:
         search_path=args.lib,
         fusion=args.fusion,
         recompute=args.recompute,
+        software=args.software,
     )
     if args.timeline is not None:
         write_timeline(run.timeline, args.timeline)

@@ -20,7 +20,7 @@ from typing import Protocol
 from archsim.errors import UsageError
 from archsim.spec.chip import ChipSpec, Efficiency
 from archsim.spec.common import Precision
-from archsim.workloads.trace import LAUNCH_KERNEL, Op, Trace
+from archsim.workloads.trace import Op
 
 
 class Bound(enum.StrEnum):
@@ -58,10 +58,8 @@ class OpCost:
     unit: Unit
 
 
-def framework_overhead_s(efficiency: Efficiency, trace: Trace) -> float:
-    """Per-op framework idle time ``trace`` pays (see :attr:`Efficiency.framework_overhead`)."""
-    if trace.meta.get("launch") == LAUNCH_KERNEL:
-        return 0.0
+def framework_overhead_s(efficiency: Efficiency) -> float:
+    """Per-op framework idle time of a run (the software's, see :attr:`Efficiency.framework_overhead`)."""
     return efficiency.framework_overhead or 0.0
 
 

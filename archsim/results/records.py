@@ -147,6 +147,10 @@ class RunResult:
     memory_bytes: int
     """Device memory the step needs (per chip)."""
     memory_capacity_bytes: int
+    software: str | None = field(default=None, kw_only=True)
+    """The software stack that ran the graph (a ``software/`` name)."""
+    input_wait_s: float = field(default=0.0, kw_only=True)
+    """Time the step waits for its input pipeline (the software's ``input_pipeline``), in ``step_time_s``."""
     system: str | None = field(default=None, kw_only=True)
     """The multi-chip system (None for a single chip)."""
     nodes: int = field(default=1, kw_only=True)
@@ -185,6 +189,13 @@ def to_json(result: RunResult) -> str:
     return json.dumps(result.to_dict(), indent=1, allow_nan=False)
 
 
+def input_wait(samples: int, busy_s: float, input_samples_per_s: float | None) -> float:
+    """Seconds a step of ``samples`` that keeps the chip busy ``busy_s`` waits for its input (0: none)."""
+    if input_samples_per_s is None:
+        return 0.0
+    return max(0.0, samples / input_samples_per_s - busy_s)
+
+
 def build_result(
     *,
     target: str,
@@ -194,11 +205,18 @@ def build_result(
     step_overhead_s: float,
     num_chips: int,
     capacity_bytes: int,
+    software: str | None = None,
+    input_samples_per_s: float | None = None,
 ) -> RunResult:
-    """Assemble the result of a replay."""
+    """Assemble the result of a replay.
+
+    ``input_samples_per_s`` caps the chip's rate at what its input pipeline delivers: a step lasts
+    at least ``batch / input_samples_per_s`` (the wait is ``input_wait_s``).
+    """
     layers = tuple(LayerRecord.of(op, t, chip.clock) for op, t in zip(trace.ops, timings, strict=True))
     ops_time_s = max((t.end_s for t in timings), default=0.0)
-    step_time_s = ops_time_s + step_overhead_s
+    input_wait_s = input_wait(trace.batch, ops_time_s + step_overhead_s, input_samples_per_s)
+    step_time_s = ops_time_s + step_overhead_s + input_wait_s
     by_bound = {b.value: 0.0 for b in Bound}
     for t in timings:
         by_bound[t.cost.bound.value] += t.end_s - t.start_s
@@ -208,6 +226,8 @@ def build_result(
     peak = chip.peak[trace.precision] * num_chips
     per_chip = throughput / num_chips
     return RunResult(
+        software=software,
+        input_wait_s=input_wait_s,
         target=target,
         workload=trace.name,
         mode=trace.mode.value,
@@ -257,6 +277,8 @@ def build_system_result(
     bubble_fraction: float,
     links: Sequence[LinkRecord],
     collectives: Sequence[CollectiveRecord],
+    software: str | None = None,
+    input_samples_per_s: float | None = None,
 ) -> RunResult:
     """Assemble the result of a step on a system.
 
@@ -265,7 +287,8 @@ def build_system_result(
     the step time of one chip running the same per-replica batch alone.
     """
     layers = tuple(LayerRecord.of(op, t, chip.clock, stage) for op, t, stage in entries)
-    step_time_s = ops_time_s + step_overhead_s
+    input_wait_s = input_wait(batch, ops_time_s + step_overhead_s, input_samples_per_s)
+    step_time_s = ops_time_s + step_overhead_s + input_wait_s
     by_bound = {b.value: 0.0 for b in Bound}
     for _, t, _ in entries:
         by_bound[t.cost.bound.value] += t.end_s - t.start_s
@@ -278,6 +301,8 @@ def build_system_result(
     per_chip = throughput / num_chips
     single = batch / single_chip_step_s
     return RunResult(
+        software=software,
+        input_wait_s=input_wait_s,
         target=target,
         workload=trace.name,
         mode=trace.mode.value,

@@ -2,7 +2,8 @@
 
 The search path is, in order: folders given explicitly (the CLI's ``--lib``, or ``Library(paths)``),
 folders in the ``ARCHSIM_PATH`` environment variable (separated by ``os.pathsep``), then the built-in
-library (``chips/``, ``memory/``, ``interconnect/``, ``workloads/``, ``validation/``, ``sweeps/``), which
+library (``chips/``, ``memory/``, ``interconnect/``, ``software/``, ``workloads/``, ``validation/``,
+``sweeps/``), which
 ships inside the wheel and is read from the source tree in a checkout. A name found earlier in the path
 shadows a later one, so a user folder can replace a built-in chip. Every YAML file under a folder is indexed by its
 ``kind``, ``name`` and ``aliases``; a path to a file works wherever a name does.
@@ -24,13 +25,14 @@ from archsim.spec.family import FamilySpec
 from archsim.spec.link import LinkSpec
 from archsim.spec.memory import MemorySpec
 from archsim.spec.model import ModelSpec
+from archsim.spec.software import SoftwareSpec
 from archsim.spec.sweep import SweepSpec
 from archsim.spec.system import SystemSpec
 from archsim.spec.validation import ValidationSpec
 from archsim.spec.yamlio import read_yaml, validate
 
 ENV_VAR = "ARCHSIM_PATH"
-BUILTIN_FOLDERS = ("chips", "memory", "interconnect", "workloads", "validation", "sweeps")
+BUILTIN_FOLDERS = ("chips", "memory", "interconnect", "software", "workloads", "validation", "sweeps")
 SPEC_CLASSES: dict[str, type[Any]] = {
     "chip": ChipSpec,
     "family": FamilySpec,
@@ -40,6 +42,7 @@ SPEC_CLASSES: dict[str, type[Any]] = {
     "system": SystemSpec,
     "validation": ValidationSpec,
     "sweep": SweepSpec,
+    "software": SoftwareSpec,
 }
 
 
@@ -210,6 +213,28 @@ class Library:
     def sweep(self, name: str) -> SweepSpec:
         """A sweep description by name or path."""
         spec: SweepSpec = self.spec(self.find(["sweep"], name))
+        return spec
+
+    def software(self, name: str) -> SoftwareSpec:
+        """A software stack by name, alias or path."""
+        spec: SoftwareSpec = self.spec(self.find(["software"], name))
+        return spec
+
+    def software_for(self, chip: ChipSpec, name: str | None, source: str = "--software") -> SoftwareSpec:
+        """The stack a run on ``chip`` uses: ``name``, or the chip's default (its family file's).
+
+        A stack written for another family is refused, naming the ones that run on this chip.
+        """
+        chosen = name if name is not None else self.family(chip.family).software
+        spec = self.software(chosen)
+        if spec.family is not chip.family:
+            fits = sorted(e.name for e in self.entries("software") if e.data.get("family") == chip.family.value)
+            raise LookupFailed(
+                chosen,
+                source,
+                f"runs on {spec.family.value} chips, not {chip.name} ({chip.family.value}); use one of: "
+                + ", ".join(fits),
+            )
         return spec
 
     def model(self, name: str) -> ModelSpec:

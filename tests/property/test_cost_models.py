@@ -11,6 +11,7 @@ from archsim.models import CostModel, cost_model_for
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import replace_path
 from archsim.spec.library import Library
+from archsim.stack import default_efficiency
 from archsim.testing.strategies import gemm_ops, ops, traces
 from archsim.workloads.trace import Op, Trace
 
@@ -19,7 +20,7 @@ LIBRARY = Library(use_env=False)
 
 
 def model(chip: ChipSpec, footprint: int = 0) -> CostModel:
-    efficiency = LIBRARY.family(chip.family).efficiency.merged(chip.efficiency)
+    efficiency = default_efficiency(LIBRARY, chip)
     return cost_model_for(chip, efficiency, chip.default_precision, footprint)
 
 

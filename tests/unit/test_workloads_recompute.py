@@ -79,7 +79,7 @@ def test_recompute_is_training_only() -> None:
 
 
 def test_recomputation_lets_an_ipu_keep_a_larger_microbatch_on_chip() -> None:
-    plain = simulate("gc200", "resnet50", mode="train", batch=20, library=LIBRARY)
+    plain = simulate("gc200", "resnet50", mode="train", batch=20, library=LIBRARY, recompute=False)
     again = simulate("gc200", "resnet50", mode="train", batch=20, library=LIBRARY, recompute=True)
     onchip = LIBRARY.chip("gc200").memory.onchip
     assert onchip is not None
