@@ -7,7 +7,7 @@ from typing import Any
 
 from archsim.spec.library import Library
 
-KINDS = {"chips": "chip", "workloads": "model", "memory": "memory", "links": "link"}
+KINDS = {"chips": "chip", "workloads": "model", "memory": "memory", "links": "link", "software": "software"}
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -60,6 +60,7 @@ RUN_SETTINGS = (
     "overlap",
     "fusion",
     "recompute",
+    "software",
 )
 MAX_AXIS_VALUES = 100_000
 """Values one axis may take (a range that would produce more is refused)."""
@@ -85,8 +86,12 @@ class RunSettings(Spec):
     schedule: Literal["1f1b", "gpipe"] = "1f1b"
     collective: Literal["ring", "tree", "hierarchical", "torus"] | None = None
     overlap: StrictBool = True
-    fusion: Fusion = Fusion.NONE
-    recompute: StrictBool = False
+    fusion: Fusion | None = None
+    """None: what the software does."""
+    recompute: StrictBool | None = None
+    """None: what the software does."""
+    software: Name | None = None
+    """The software stack (a ``software/`` name; None: the chip's default)."""
 
 
 class WorkloadEntry(Spec):

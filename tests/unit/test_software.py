@@ -143,3 +143,10 @@ def test_the_input_pipeline_caps_the_rate_and_says_how_long_the_step_waited(tmp_
     assert fast.throughput > 100.0
     assert capped.throughput == pytest.approx(100.0, rel=1e-12)
     assert capped.input_wait_s > 0.0 and fast.input_wait_s == 0.0
+
+
+def test_list_software_names_every_stack(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "list", "software")
+    assert code == 0 and out.startswith("software:\n")
+    for name in ("mxnet-20.12", "tensorrt-8", "poplar-2.3", "tpu-xla", "cublas"):
+        assert f"  {name} " in out
