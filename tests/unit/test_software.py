@@ -150,3 +150,30 @@ def test_list_software_names_every_stack(capsys: pytest.CaptureFixture[str]) -> 
     assert code == 0 and out.startswith("software:\n")
     for name in ("mxnet-20.12", "tensorrt-8", "poplar-2.3", "tpu-xla", "cublas"):
         assert f"  {name} " in out
+
+
+def test_a_stack_is_fitted_only_to_the_rows_that_run_with_it(tmp_path: Path) -> None:
+    from archsim.validation.calibrate_software import fit_software, write_software
+
+    fit = fit_software(LIBRARY, "pytorch", ["framework"], folds=1, max_evaluations=4)
+    assert fit.rows == 3  # the V100 BERT-Large training row and the two A100 PyTorch rows
+    assert {r.row.software for r in fit.report_after.rows} == {"pytorch"}
+    with pytest.raises(ValueError, match=r"3 pytorch-21\.11 rows cannot determine 4 parameters"):
+        fit_software(LIBRARY, "pytorch", ["framework", "host", "per_step", "per_op"], folds=1, max_evaluations=1)
+    copy = tmp_path / "pytorch.yaml"
+    copy.write_text(LIBRARY.find(["software"], "pytorch").path.read_text())
+    write_software(copy, fit, "published")
+    written = Library([tmp_path], use_env=False).software(str(copy))
+    assert written.dispatch.framework == pytest.approx(fit.after["framework"], rel=1e-2)
+    assert "fitted by scripts/calibrate.py --software pytorch-21.11" in written.sources["dispatch.framework"]
+
+
+def test_a_stacks_kernel_choice_sets_the_compute_fraction(tmp_path: Path) -> None:
+    slow = STACK.replace("input_pipeline:", "kernels:\n  compute: {fp16: 0.2}\ninput_pipeline:", 1)
+    cited = '  input_pipeline: "example"\n  kernels.compute: "example"'
+    write(tmp_path, slow.replace('  input_pipeline: "example"', cited))
+    library = Library([tmp_path], use_env=False)
+    bare = simulate("v100", "gemm:4096x4096x4096", library=library, software="cublas")
+    mine = simulate("v100", "gemm:4096x4096x4096", library=library, software="my-stack")
+    assert mine.layers[0].bound == "compute"
+    assert mine.step_time_s > 3 * bare.step_time_s
