@@ -5,6 +5,7 @@ per-family cost models on a SimPy discrete-event engine, and read time, throughp
 what bounded each op. The public API:
 
 * :func:`simulate` -- run a workload on a target, returning a :class:`RunResult`;
+* :func:`collective` -- time one collective on a system per size, as nccl-tests reports it;
 * :class:`Library` -- the search path of YAML descriptions;
 * :func:`build_trace` -- the op-by-op trace of a workload.
 
@@ -20,6 +21,8 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "simulate": "archsim.api",
+    "collective": "archsim.collective_run",
+    "CollectiveResult": "archsim.collective_run",
     "ArchsimError": "archsim.errors",
     "RunResult": "archsim.results.records",
     "Library": "archsim.spec.library",

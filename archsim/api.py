@@ -8,23 +8,24 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
+from archsim import memory_fit
 from archsim.engine import replay
-from archsim.errors import CapacityError, LimitError, UsageError
+from archsim.errors import LimitError, UsageError
 from archsim.limits import MAX_ARGUMENT, check_trace_ops
 from archsim.models import cost_model_for
 from archsim.models.base import framework_overhead_s
 from archsim.results.records import RunResult, build_result
-from archsim.spec.chip import ChipSpec, Efficiency, Family
-from archsim.spec.common import Fusion, Precision
+from archsim.spec.chip import ChipSpec, Efficiency
+from archsim.spec.common import Fusion, Precision, StreamingMemory
 from archsim.spec.library import Library
-from archsim.spec.software import SoftwareSpec
+from archsim.spec.software import Rewrite, SoftwareSpec
 from archsim.stack import check_name, default_software, is_kernel, planned_software, stack_efficiency, stack_options
 from archsim.workloads import build_trace
-from archsim.workloads.memory import resident_bytes
+from archsim.workloads.memory import resident_bytes, update_only_bytes
 from archsim.workloads.options import TraceOptions
 from archsim.workloads.trace import Mode, Trace
 
@@ -57,23 +58,13 @@ def resolve_target(name: str, library: Library) -> Target:
     return Target(name=chip.name, chip=chip)
 
 
-def capacity_bytes(chip: ChipSpec) -> int:
-    """Device memory a step's working set may occupy: main memory, plus on-chip memory on IPUs."""
-    return (
-        chip.memory.main.capacity + preferred_capacity_bytes(chip)
-        if chip.family is Family.IPU
-        else chip.memory.main.capacity
-    )
-
-
 def preferred_capacity_bytes(chip: ChipSpec) -> int:
-    """Memory a working set should fit for full speed.
+    """Memory a step's working set must fit: the in-processor memory on IPUs, the main memory elsewhere.
 
-    That is the in-processor memory on IPUs (more spills to streaming memory), the main memory elsewhere.
+    See :func:`archsim.memory_fit.capacity_bytes`; an IPU keeps data in streaming memory only when a
+    run asks for it (``streaming_memory``).
     """
-    if chip.family is Family.IPU and chip.memory.onchip is not None:
-        return chip.memory.onchip.capacity
-    return chip.memory.main.capacity
+    return memory_fit.capacity_bytes(chip)
 
 
 def simulate(
@@ -95,6 +86,7 @@ def simulate(
     overlap: bool = True,
     fusion: str | Fusion | None = None,
     recompute: bool | None = None,
+    streaming_memory: str | StreamingMemory = StreamingMemory.NONE,
     software: str | None = None,
 ) -> RunResult:
     """Replay ``workload`` on ``target`` and return the run's records.
@@ -106,7 +98,10 @@ def simulate(
     :class:`~archsim.errors.ArchsimError` subclasses naming the argument. ``software`` names the
     stack that runs the graph (``software/``; None: the chip's default, see :mod:`archsim.stack`);
     ``fusion`` (``none`` or ``norm-act``) and ``recompute`` override what that stack does (None: as
-    it does; :class:`~archsim.workloads.options.TraceOptions`).
+    it does; :class:`~archsim.workloads.options.TraceOptions`). ``streaming_memory`` (``none``,
+    ``optimizer-state`` or ``all``) says what an IPU may keep in streaming memory instead of
+    In-Processor Memory (:mod:`archsim.memory_fit`; other chips ignore it); a step that does not fit
+    is refused with :class:`~archsim.errors.CapacityError` naming the largest batch that fits.
 
     ``target`` may also be a multi-chip system (``interconnect/systems/``); the keyword arguments
     then spread the workload over it (see :func:`archsim.systems.simulate_system`, where they are
@@ -122,6 +117,7 @@ def simulate(
     library = library or Library(search_path)
     explicit = check_name(software)
     trace_options(fusion, recompute)  # checked before anything is built
+    streaming = _choice(StreamingMemory, streaming_memory, "--streaming-memory")
     multichip = nodes is not None or pipeline_stages != 1 or microbatches is not None
     if multichip or library.find(["chip", "system"], target).kind == "system":
         from archsim.systems import simulate_system  # imported here: archsim.systems builds on this module
@@ -143,6 +139,7 @@ def simulate(
             overlap=overlap,
             fusion=fusion,
             recompute=recompute,
+            streaming_memory=streaming,
             software=explicit,
         ).result
     resolved = resolve_target(target, library)
@@ -154,13 +151,47 @@ def simulate(
         raise UsageError(chip.name, "--precision", f"{run_precision.value} is not supported (supported: {supported})")
     stack = planned_software(library, chip, explicit, workload)
     options = stack_trace_options(stack, run_mode, run_precision, fusion, recompute)
+    rebuild = rebuilder(workload, library, run_mode, run_precision, seq_len, options)
     trace = build_trace(workload, library, run_mode, batch, run_precision, seq_len, options)
-    if batch is None and "model" in trace.meta:
-        # the default batch is the model's, halved until the step fits the chip's preferred memory
-        fits = preferred_capacity_bytes(chip)
-        while trace.memory_bytes > fits and trace.batch > 1:
-            trace = build_trace(workload, library, run_mode, trace.batch // 2, run_precision, seq_len, options)
-    return run_trace(resolved, trace, library, software=stack if explicit is not None else None)
+    trace = default_batch_trace(chip, streaming, trace, batch, rebuild)
+    named = stack if explicit is not None else None
+    return run_trace(
+        resolved,
+        trace,
+        library,
+        software=named,
+        streaming=streaming,
+        rebuild=rebuild if "model" in trace.meta else None,
+    )
+
+
+def rebuilder(
+    workload: str, library: Library, mode: Mode, precision: Precision, seq_len: int | None, options: TraceOptions
+) -> Callable[[int, bool], Trace]:
+    """``rebuild(batch, recompute)``: ``workload``'s trace at another batch, with or without recomputation."""
+
+    def rebuild(batch: int, recompute: bool) -> Trace:
+        # asked explicitly, recomputation replaces what the software stack does
+        explicit = replace(options, recompute=recompute, rewrites=options.rewrites - {Rewrite.RECOMPUTE})
+        return build_trace(workload, library, mode, batch, precision, seq_len, explicit)
+
+    return rebuild
+
+
+def default_batch_trace(
+    chip: ChipSpec,
+    streaming: StreamingMemory,
+    trace: Trace,
+    batch: int | None,
+    rebuild: Callable[[int, bool], Trace],
+) -> Trace:
+    """``trace``, or with no batch asked (``batch`` None) the model's default halved until the step fits."""
+    if batch is not None or "model" not in trace.meta:
+        return trace
+    recompute = trace.meta.get("recompute") == "true"
+    while trace.batch > 1 and not memory_fit.fits(chip, streaming, trace.memory_bytes, update_only_bytes(trace.ops)):
+        trace = rebuild(trace.batch // 2, recompute)
+    return trace
 
 
 def trace_options(fusion: str | Fusion | None, recompute: bool | None) -> TraceOptions:
@@ -185,23 +216,21 @@ def run_trace(
     library: Library,
     family_efficiency: Efficiency | None = None,
     software: SoftwareSpec | None = None,
+    *,
+    streaming: StreamingMemory = StreamingMemory.NONE,
+    rebuild: Callable[[int, bool], Trace] | None = None,
 ) -> RunResult:
     """Replay an already built trace on a resolved target.
 
     ``family_efficiency`` replaces the family file's efficiency parameters (the chip's own overrides
     still apply); calibration uses it to try parameter values without writing YAML. ``software`` is
-    the stack that runs it (None: the chip's default for this trace, see :mod:`archsim.stack`).
+    the stack that runs it (None: the chip's default for this trace, see :mod:`archsim.stack`). A
+    trace that does not fit under ``streaming`` is refused (:func:`archsim.memory_fit.check_needs`,
+    which uses ``rebuild`` to name the largest batch that fits).
     """
     check_trace_ops(len(trace.ops), trace.name)
     chip = target.chip
-    capacity = capacity_bytes(chip)
-    if trace.memory_bytes > capacity:
-        raise CapacityError(
-            chip.name,
-            "--batch",
-            f"batch {trace.batch} needs {trace.memory_bytes / 2**30:.1f} GiB, "
-            f"more than the chip's {capacity / 2**30:.1f} GiB",
-        )
+    memory_fit.check_needs(chip, streaming, trace, memory_fit.trace_needs, rebuild)
     stack = software if software is not None else default_software(library, chip, is_kernel(trace))
     efficiency = stack_efficiency(library, chip, stack, trace.precision, family_efficiency)
     model = cost_model_for(chip, efficiency, trace.precision, resident_bytes(trace), framework_overhead_s(efficiency))
@@ -217,7 +246,6 @@ def run_trace(
         # an inference loop only runs the forward ops
         step_overhead_s=efficiency.step_overhead if trace.mode is Mode.TRAIN else 0.0,
         num_chips=target.num_chips,
-        capacity_bytes=capacity,
         software=stack.name,
         input_samples_per_s=stack.input_pipeline,
     )

@@ -5,11 +5,12 @@ data-parallel or symmetric trace does):
 
 * compute nodes are priced by the chip's cost model, as :func:`archsim.simulate` prices ops, and run
   one at a time in dependency order on the chip (the host's issue cost included);
-* a collective (``ALL_REDUCE``, ``ALL_GATHER``, ``REDUCE_SCATTER``, ``BROADCAST``) of ``comm_size``
-  bytes takes the time :func:`~archsim.engine.collectives.simulate_collective` gives it over all the
-  system's chips with the system's default algorithm (``--collective`` picks another), run alone on
-  the links; ``BARRIER`` takes one hop's latency per tier; ``REDUCE``, ``GATHER``, ``SCATTER`` and
-  ``ALL_TO_ALL`` are refused (the engine has no algorithm for them);
+* a collective (``ALL_REDUCE``, ``ALL_GATHER``, ``REDUCE_SCATTER``, ``BROADCAST``, ``ALL_TO_ALL``) of
+  ``comm_size`` bytes takes the time :func:`~archsim.collective_run.call_time_s` gives one call of the
+  system's collective library over all the system's chips (its protocol, launch latency and algorithm;
+  ``--collective`` picks another algorithm), run alone on the links; ``BARRIER`` takes one hop's
+  latency per tier; ``REDUCE``, ``GATHER`` and ``SCATTER`` are refused (the engine has no algorithm
+  for them);
 * a send or receive moves ``comm_size`` bytes over one link of the innermost tier (latency plus
   bytes over the link's bandwidth);
 * communication nodes run one at a time on the chip's network queue (one communication stream, as
@@ -27,10 +28,12 @@ from dataclasses import dataclass
 import simpy
 
 from archsim.api import resolve_target
-from archsim.engine.collectives import Collective, simulate_collective
+from archsim.collective_run import call_time_s
+from archsim.engine.collectives import Collective
 from archsim.errors import UsageError
 from archsim.models import cost_model_for
 from archsim.spec.chip import ChipSpec
+from archsim.spec.collective_library import CollectiveLibrarySpec
 from archsim.spec.common import Precision
 from archsim.spec.library import Library
 from archsim.stack import default_software, stack_efficiency
@@ -43,6 +46,7 @@ SUPPORTED = {
     "all-gather": Collective.ALL_GATHER,
     "reduce-scatter": Collective.REDUCE_SCATTER,
     "broadcast": Collective.BROADCAST,
+    "all-to-all": Collective.ALL_TO_ALL,
 }
 
 
@@ -71,7 +75,9 @@ class ChakraRun:
     nodes: tuple[NodeTiming, ...]
 
 
-def _comm_time(comm: CommNode, fabric: object, algorithm: str | None, source: str) -> float:
+def _comm_time(
+    comm: CommNode, fabric: object, collectives: CollectiveLibrarySpec | None, algorithm: str | None, source: str
+) -> float:
     from archsim.models.interconnect import Fabric
 
     assert isinstance(fabric, Fabric)
@@ -84,7 +90,7 @@ def _comm_time(comm: CommNode, fabric: object, algorithm: str | None, source: st
         raise UsageError(source, comm.name, f"{comm.collective} collectives are not simulated")
     if comm.bytes == 0:
         return 0.0
-    return simulate_collective(fabric, SUPPORTED[comm.collective], comm.bytes, algorithm).time_s
+    return call_time_s(fabric, collectives, SUPPORTED[comm.collective].value, comm.bytes, algorithm, source)[0]
 
 
 def replay_chakra(
@@ -98,10 +104,12 @@ def replay_chakra(
     """Replay ``chakra`` on ``target`` (a chip, or a system when it has communication nodes)."""
     entry = library.find(["chip", "system"], target)
     fabric = None
+    collectives = None
     if entry.kind == "system":
         system = library.system(target)
         chip: ChipSpec = library.chip(system.chip)
-        fabric = fabric_for(system, library, 1, str(entry.path))
+        fabric = fabric_for(system, library, 1, entry.source)
+        collectives = library.system_collective_library(system)
         num_chips = fabric.num_chips
     else:
         chip = resolve_target(target, library).chip
@@ -114,7 +122,7 @@ def replay_chakra(
     efficiency = stack_efficiency(library, chip, default_software(library, chip), run_precision)
     model = cost_model_for(chip, efficiency, run_precision, resident_bytes(chakra.trace))
     op_times = [model.cost(op).time_s for op in chakra.trace.ops]
-    comm_times = [_comm_time(c, fabric, collective, source) for c in chakra.comms]
+    comm_times = [_comm_time(c, fabric, collectives, collective, source) for c in chakra.comms]
     assert efficiency.host_overhead is not None
     return _simulate(chakra, op_times, comm_times, efficiency.host_overhead, target, num_chips)
 

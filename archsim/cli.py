@@ -7,15 +7,17 @@ standard error and exits with status 2; nothing is written to standard output in
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
+from archsim import __version__
 from archsim.errors import ArchsimError, UsageError
 from archsim.limits import MAX_ARGUMENT
-from archsim.spec.common import Fusion
+from archsim.spec.common import Fusion, StreamingMemory
 
 SUBCOMMANDS = (
     "archsim.commands.listing",
@@ -28,6 +30,7 @@ SUBCOMMANDS = (
     "archsim.commands.sweep",
     "archsim.commands.plot",
     "archsim.commands.report",
+    "archsim.commands.collective",
 )
 """Modules that each add one subcommand: ``add_parser(subparsers, common)`` sets ``handler``."""
 
@@ -36,7 +39,7 @@ class _Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line and exit status 2."""
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError("archsim", "", message)
+        raise UsageError("", "", message)  # main prints "archsim: error: " before it, once
 
 
 def positive_int(text: str) -> int:
@@ -76,6 +79,18 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_memory_argument(parser: argparse.ArgumentParser) -> None:
+    """Register ``--streaming-memory``: what an IPU may keep off chip (:mod:`archsim.memory_fit`)."""
+    parser.add_argument(
+        "--streaming-memory",
+        choices=[s.value for s in StreamingMemory],
+        default=StreamingMemory.NONE.value,
+        help="IPUs: what may live in streaming memory instead of In-Processor Memory: none (default, as "
+        "Poplar: a step that does not fit is refused), optimizer-state (offloaded, streamed for the update) "
+        "or all (every op streams what does not fit); other chips ignore it",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every subcommand."""
     common = _Parser(add_help=False)
@@ -87,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="add a folder of YAML descriptions to the search path (before ARCHSIM_PATH and the built-ins)",
     )
     parser = _Parser(prog="archsim", description="Cycle-approximate accelerator architecture simulator.")
+    parser.add_argument("--version", action="version", version=f"archsim {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for module in SUBCOMMANDS:
         importlib.import_module(module).add_parser(sub, common)
@@ -98,7 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         handler: Callable[[argparse.Namespace], int] = args.handler
-        return handler(args)
+        code = handler(args)
+        sys.stdout.flush()  # a full device fails here, while the error can still be one line
+        return code
     except ArchsimError as err:
         print(f"archsim: error: {err.line()}", file=sys.stderr)
         return 2
@@ -106,8 +124,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         # the reader (e.g. `| head`) went away: stop quietly, as other Unix tools do
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _discard_stdout()
         return 141
+    except OSError as err:
+        # the environment failed (standard output on a full device, a file that vanished): writes of
+        # files are atomic and raise ArchsimError, so what is left is reported in one line too
+        _discard_stdout()
+        where = err.filename if err.filename is not None else "<stdout>"
+        line = UsageError(os.fsdecode(where), "", f"{err.strerror or err}").line()
+        print(f"archsim: error: {line}", file=sys.stderr)
+        return 2
+
+
+def _discard_stdout() -> None:
+    """Point standard output at the null device, so the exit's flush of what is buffered cannot fail."""
+    # without a file descriptor (captured by a test) there is nothing to flush at exit
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 if __name__ == "__main__":

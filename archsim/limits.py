@@ -16,7 +16,11 @@ limit                      value                why
                                                 0.6 MB/s); a bigger trace file must be in the one-op-per-line
                                                 form :func:`~archsim.workloads.write_trace` writes
 ``MAX_YAML_DEPTH``         64                   nesting of YAML collections (libyaml's composer recurses in C)
-``MAX_YAML_NODES``         2,000,000            values in a YAML document once aliases are expanded
+``MAX_YAML_NODES``         200,000              values in a YAML document once aliases are expanded (PyYAML
+                                                builds about 100,000 a second: a 3.5 MB list of 1.7 million
+                                                numbers took 15 to 49 s)
+``MAX_CHAKRA_BYTES``       256 MiB              a gzip-compressed Chakra file decompressed (read in chunks,
+                                                refused as soon as it passes: a gzip bomb stops there)
 ``MAX_COUNT``              2^53                 any count in a description (exact in a float)
 ``MAX_INT``                2^63 - 1             any byte or FLOP count in a trace file (a signed 64-bit int)
 ``MAX_DIM``                2^31 - 1             one dimension of a matrix product or convolution (cuBLAS's
@@ -44,7 +48,7 @@ import os
 import stat
 from pathlib import Path
 
-from archsim.errors import LimitError, SpecError
+from archsim.errors import LimitError, LookupFailed, SpecError
 
 MAX_FILE_BYTES = 64 * 2**20
 """Largest description, trace or baseline file archsim reads (64 MiB)."""
@@ -54,8 +58,10 @@ MAX_YAML_BYTES = 4 * 2**20
 """Largest text parsed as general YAML (4 MiB); trace op lines in JSON form are exempt."""
 MAX_YAML_DEPTH = 64
 """Deepest nesting of YAML sequences and mappings."""
-MAX_YAML_NODES = 2_000_000
+MAX_YAML_NODES = 200_000
 """Most values (scalars and collections) in one YAML document, aliases expanded."""
+MAX_CHAKRA_BYTES = 256 * 2**20
+"""Largest decompressed size of a gzip-compressed Chakra file (256 MiB: 100,000 nodes take ~50 MB)."""
 MAX_COUNT = 2**53
 """Largest count in a description: every integer up to it is exact in a float64."""
 MAX_INT = 2**63 - 1
@@ -139,11 +145,17 @@ def description_files(root: Path) -> list[Path]:
     """Every ``*.yaml`` file under ``root``, sorted, walking at most :data:`MAX_LIBRARY_ENTRIES` entries.
 
     Raises LimitError (naming ``root``) for a folder too large to be a library of descriptions, such
-    as a home directory or ``/`` given by mistake.
+    as a home directory or ``/`` given by mistake, and LookupFailed for a folder that cannot be read
+    (never skipped silently: its descriptions would be missing without a word).
     """
     found: list[Path] = []
     walked = 0
-    for folder, dirs, files in os.walk(root, followlinks=True):
+
+    def unreadable(err: OSError) -> None:
+        where = err.filename if err.filename is not None else root
+        raise LookupFailed(os.fsdecode(where), "search path", f"cannot read: {err.strerror or err}")
+
+    for folder, dirs, files in os.walk(root, onerror=unreadable, followlinks=True):
         dirs.sort()
         walked += len(dirs) + len(files)
         if walked > MAX_LIBRARY_ENTRIES:

@@ -8,6 +8,8 @@ self-contained HTML file.
 * a sweep's table (:func:`archsim.sweep.run_sweep`): :func:`sweep_scatter`, :func:`pareto_front`
   (and :func:`pareto_mask`), :func:`scaling_curves`.
 
+In a notebook, :func:`init_notebook` makes figures survive export to HTML (``jupyter nbconvert``).
+
 Reports put a run's or a sweep's summary and figures on one self-contained HTML page (plotly.js
 embedded once, no network needed, the same inputs giving the same bytes): :func:`run_report` and
 :func:`sweep_report` return the page's text, :func:`write_report` saves it.
@@ -15,7 +17,10 @@ embedded once, no network needed, the same inputs giving the same bytes): :func:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import plotly.graph_objects as go
+import plotly.io as pio
 
 from archsim.results import report, run_figures
 from archsim.results.figures import write_html
@@ -24,11 +29,13 @@ from archsim.results.report import write_report
 from archsim.results.run_figures import layer_breakdown, timeline
 from archsim.results.sweep_figures import pareto_front, pareto_mask, scaling_curves, sweep_scatter
 from archsim.results.sweep_report import sweep_report
+from archsim.results.timeline import TimelineSpan
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Precision
 from archsim.spec.library import Library
 
 __all__ = [
+    "init_notebook",
     "layer_breakdown",
     "pareto_front",
     "pareto_mask",
@@ -42,6 +49,22 @@ __all__ = [
     "write_html",
     "write_report",
 ]
+
+
+NOTEBOOK_RENDERER = "plotly_mimetype+notebook"
+"""Each figure as plotly's JSON (JupyterLab, VS Code draw it) and as HTML drawn by plotly.js, which the
+``notebook`` renderer embeds once in the notebook, so an exported page draws it offline."""
+
+
+def init_notebook() -> None:
+    """Show figures in a notebook so that they also appear in its HTML export, offline.
+
+    Plotly's default renderer in a kernel emits only its JSON mimetype, which an HTML export
+    (``jupyter nbconvert --to html``) cannot draw: the figures come out blank. This sets
+    :data:`NOTEBOOK_RENDERER` as the default, which embeds plotly.js in the notebook once (an output of
+    the cell that calls this) and gives every figure an HTML form that draws with it.
+    """
+    pio.renderers.default = NOTEBOOK_RENDERER
 
 
 def run_chip(result: RunResult, library: Library | None = None) -> ChipSpec:
@@ -71,15 +94,17 @@ def run_report(
     *,
     peak_flops: float | None = None,
     bandwidth_bytes_per_s: float | None = None,
+    links: Sequence[tuple[str, Sequence[TimelineSpan]]] = (),
 ) -> str:
     """The HTML report of one run: a summary table, then :func:`layer_breakdown`, :func:`roofline`, :func:`timeline`.
 
     The summary holds the run's numbers (step time, throughput, utilization, time by bound, memory;
     scaling efficiency, communication and bubble when it ran on several chips), each cell's exact
     value in its ``data-value`` attribute (see :mod:`archsim.results.report`). The roofline's roof is
-    found as :func:`roofline` finds it. Save the text with :func:`write_report`.
+    found as :func:`roofline` finds it; ``links`` (a recorded run's ``Timeline.links``, see
+    :func:`timeline`) add the links' lanes to the timeline. Save the text with :func:`write_report`.
     """
-    return report.run_report(result, *_roof(result, library, peak_flops, bandwidth_bytes_per_s))
+    return report.run_report(result, *_roof(result, library, peak_flops, bandwidth_bytes_per_s), links)
 
 
 def _roof(
@@ -88,6 +113,6 @@ def _roof(
     """The roof of a run's chip at its precision: the given figures, else the library's chip's."""
     if peak_flops is None or bandwidth_bytes_per_s is None:
         chip = run_chip(result, library)
-        peak_flops = peak_flops or chip.peak[Precision(result.precision)]
+        peak_flops = peak_flops or chip.peak_flops(Precision(result.precision))
         bandwidth_bytes_per_s = bandwidth_bytes_per_s or chip.memory.main.bandwidth
     return peak_flops, bandwidth_bytes_per_s

@@ -74,7 +74,8 @@ class ArchsimBaseline:
 
         Fails the test with the diff when a run moved beyond ``rtol``, when the set of runs changed,
         or when there is no baseline yet; under ``--archsim-update`` writes the baseline instead.
-        ``library`` (or ``search_path``) is where targets and workloads are found. A run that fails
+        ``library`` (or ``search_path``, relative folders from the test file's folder, wherever
+        pytest runs) is where targets and workloads are found. A run that fails
         raises its :class:`~archsim.errors.ArchsimError`.
         """
         # imported here so that loading the plugin (into every pytest run) costs nothing
@@ -86,7 +87,9 @@ class ArchsimBaseline:
         texts = [run if isinstance(run, str) else run.id for run in runs]
         specs = parse_runs(texts)
         path = self.path_for(name)
-        new = record(specs, library or Library(search_path), keep_errors=False)
+        beside = self.path.parent.parent  # the test file's folder (baselines/ is in it)
+        folders = [p if Path(p).is_absolute() else beside / p for p in search_path]
+        new = record(specs, library or Library(folders), keep_errors=False)
         if self.update:
             write_baseline(new, path)
             return

@@ -17,19 +17,13 @@ against gradient all-reduces -- are still SimPy resources with discrete transfer
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from archsim.api import (
-    _choice,
-    capacity_bytes,
-    preferred_capacity_bytes,
-    simulate,
-    stack_trace_options,
-    trace_options,
-)
+from archsim import memory_fit
+from archsim.api import _choice, default_batch_trace, rebuilder, simulate, stack_trace_options, trace_options
+from archsim.collective_run import gradient_call
 from archsim.engine.collectives import DEFAULT_CHUNK_BYTES, resolve_algorithm
 from archsim.engine.network import Lane
 from archsim.engine.parallel import (
@@ -43,7 +37,7 @@ from archsim.engine.parallel import (
     pipeline_step,
 )
 from archsim.engine.replay import OpTiming, replay
-from archsim.errors import CapacityError, LimitError, UsageError
+from archsim.errors import LimitError, UsageError
 from archsim.limits import check_trace_ops
 from archsim.models import cost_model_for
 from archsim.models.base import CostModel, OpCost, framework_overhead_s
@@ -52,12 +46,12 @@ from archsim.models.placement import Placement, place
 from archsim.results.records import CollectiveRecord, LinkRecord, RunResult, build_system_result
 from archsim.results.timeline import MIRRORED_CHIPS, Timeline, TimelineSpan
 from archsim.spec.chip import ChipSpec, Efficiency
-from archsim.spec.common import Fusion, Precision
+from archsim.spec.common import Fusion, Precision, StreamingMemory
 from archsim.spec.library import Library
 from archsim.spec.software import SoftwareSpec
 from archsim.spec.system import SystemSpec
 from archsim.stack import check_name, default_software, is_kernel, planned_software, stack_efficiency
-from archsim.workloads import build_trace
+from archsim.workloads import build_trace, microbatch_trace
 from archsim.workloads.memory import resident_bytes
 from archsim.workloads.options import TraceOptions
 from archsim.workloads.pipeline import Stage, split_stages, stage_memory_bytes, sub_trace
@@ -83,6 +77,8 @@ class ParallelOptions:
     chunk_bytes: float = DEFAULT_CHUNK_BYTES
     trace: TraceOptions = field(default_factory=TraceOptions)
     """How each chip's trace is built (fusion, recomputation, the software's rewrites)."""
+    streaming: StreamingMemory = StreamingMemory.NONE
+    """What an IPU may keep in streaming memory (:mod:`archsim.memory_fit`)."""
     software: SoftwareSpec | None = None
     """The stack that runs each chip's graph (None: the chip's default)."""
 
@@ -115,6 +111,7 @@ def simulate_system(
     search_path: Sequence[str] = (),
     fusion: str | Fusion | None = None,
     recompute: bool | None = None,
+    streaming_memory: str | StreamingMemory = StreamingMemory.NONE,
     software: str | None = None,
 ) -> SystemRun:
     """Simulate ``workload`` on a system (or a chip) and return the result and, if ``record``, its timeline.
@@ -124,18 +121,21 @@ def simulate_system(
     * ``nodes``: copies of the system joined by its scale-out fabric (None: 1).
     * ``pipeline_stages``: chips per pipeline (must divide the system's first tier); the global
       batch is ``batch`` times the data-parallel width ``chips / pipeline_stages``.
-    * ``microbatches``: per step and replica (None: 4 per stage, fewer if the batch is smaller).
+    * ``microbatches``: per step and replica, each of ``batch / microbatches`` samples whatever the
+      source (None: 4 per stage, fewer if the batch does not split; a source of fixed batch, a trace
+      file or an inline product, is one microbatch: see :func:`archsim.workloads.microbatch_trace`).
     * ``schedule``: ``1f1b`` or ``gpipe``; ``collective``: ``auto``, ``ring``, ``tree``,
       ``hierarchical`` or ``torus``; ``bucket_bytes``: gradient bucket size (None: 25 MiB);
       ``overlap``: all-reduce buckets during the backward pass.
-    * ``software``, ``fusion``, ``recompute``: the stack that runs the graph and what it does, as in
-      :func:`archsim.simulate`.
+    * ``software``, ``fusion``, ``recompute``: the stack that runs the graph and what it does, and
+      ``streaming_memory`` what an IPU may keep in streaming memory, as in :func:`archsim.simulate`.
 
     A chip target with none of the multi-chip options runs as :func:`archsim.simulate` does.
     """
     library = library or Library(search_path)
     explicit = check_name(software)
     trace_options(fusion, recompute)
+    streaming = _choice(StreamingMemory, streaming_memory, "--streaming-memory")
     for flag, value in (("--nodes", nodes), ("--pipeline-stages", pipeline_stages), ("--microbatches", microbatches)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise UsageError("", flag, f"must be a positive integer, got {value!r}")
@@ -160,6 +160,7 @@ def simulate_system(
             library,
             fusion=fusion,
             recompute=recompute,
+            streaming_memory=streaming,
             software=explicit,
         )
         spans = [(layer.name, layer.start_s, layer.end_s, layer.phase) for layer in result.layers]
@@ -168,7 +169,7 @@ def simulate_system(
         )
         return SystemRun(result, timeline)
     system = library.system(target)
-    source = str(entry.path)
+    source = entry.source
     chip = library.chip(system.chip)
     run_mode = _choice(Mode, mode, "--mode")
     run_precision = chip.default_precision if precision is None else _choice(Precision, precision, "--precision")
@@ -185,6 +186,7 @@ def simulate_system(
         bucket_bytes=bucket_bytes or DEFAULT_BUCKET_BYTES,
         overlap=overlap,
         trace=stack_trace_options(stack, run_mode, run_precision, fusion, recompute),
+        streaming=streaming,
         software=stack if explicit is not None else None,
     )
     return run_system(system, source, workload, run_mode, batch, run_precision, seq_len, library, options, record)
@@ -214,7 +216,8 @@ def run_system(
     # a bad --pipeline-stages is refused before any trace is built
     place(fabric_for(system, library, options.nodes, source), options.pipeline_stages, source)
     trace, microbatches = system_trace(system, source, workload, mode, batch, precision, seq_len, library, options)
-    return replay_system(system, source, trace, microbatches, library, options, record)
+    rebuild = rebuilder(workload, library, mode, precision, seq_len, options.trace) if "model" in trace.meta else None
+    return replay_system(system, source, trace, microbatches, library, options, record, rebuild=rebuild)
 
 
 def system_trace(
@@ -232,13 +235,12 @@ def system_trace(
     microbatches = options.microbatches
     if options.pipeline_stages == 1 and microbatches in (None, 1):
         chip = library.chip(system.chip)
-        return _data_parallel_trace(workload, library, mode, batch, precision, seq_len, chip, options.trace), None
-    if microbatches is None:
-        microbatches = 4 * options.pipeline_stages
-        if batch is not None:
-            microbatches = math.gcd(batch, microbatches)
-    trace = _microbatch_trace(workload, library, mode, batch, precision, seq_len, microbatches, source, options.trace)
-    return trace, microbatches
+        return _data_parallel_trace(workload, library, mode, batch, precision, seq_len, chip, options), None
+    trace, count = microbatch_trace(
+        workload, library, mode, batch, precision, seq_len, microbatches, 4 * options.pipeline_stages, options.trace
+    )
+    check_trace_ops(len(trace.ops), trace.name)
+    return trace, count
 
 
 def replay_system(
@@ -250,20 +252,35 @@ def replay_system(
     options: ParallelOptions,
     record: bool = False,
     family_efficiency: Efficiency | None = None,
+    rebuild: Callable[[int, bool], Trace] | None = None,
 ) -> SystemRun:
     """Replay a built trace (see :func:`system_trace`) on ``system``.
 
     ``family_efficiency`` replaces the family file's efficiency parameters, as in
-    :func:`archsim.api.run_trace` (calibration tries values through it).
+    :func:`archsim.api.run_trace` (calibration tries values through it). ``rebuild(batch, recompute)``
+    builds the workload at another (micro-)batch, so that a refusal names the largest that fits
+    (None: the workload fixes its batch).
     """
     fabric = fabric_for(system, library, options.nodes, source)
+    asked = resolve_algorithm(options.collective, fabric, source) if options.collective not in (None, "auto") else None
+    call = gradient_call(library, system, fabric, options.bucket_bytes, asked)
+    if call is not None:  # the links as the library's protocol for a gradient bucket sees them
+        fabric = call.fabric
     placement = place(fabric, options.pipeline_stages, source)
     chip = library.chip(system.chip)
     stack = options.software if options.software is not None else default_software(library, chip, is_kernel(trace))
     efficiency = stack_efficiency(library, chip, stack, trace.precision, family_efficiency)
-    algorithm = resolve_algorithm(options.collective, fabric, source)
-    comm = CommOptions(algorithm, options.bucket_bytes, options.overlap, options.chunk_bytes)
-    context = _Context(system, source, fabric, placement, chip, efficiency, comm, options, record, trace.mode, stack)
+    algorithm = resolve_algorithm(asked or (call.algorithm if call is not None else None), fabric, source)
+    comm = CommOptions(
+        algorithm,
+        options.bucket_bytes,
+        options.overlap,
+        call.chunk_bytes if call is not None else options.chunk_bytes,
+        call.fixed_s if call is not None else 0.0,
+    )
+    context = _Context(
+        system, source, fabric, placement, chip, efficiency, comm, options, record, trace.mode, rebuild, stack
+    )
     if microbatches is None:
         return context.data_parallel(trace)
     return context.pipelined(trace, microbatches)
@@ -277,39 +294,12 @@ def _data_parallel_trace(
     precision: Precision,
     seq_len: int | None,
     chip: ChipSpec,
-    options: TraceOptions,
+    options: ParallelOptions,
 ) -> Trace:
     """The per-chip trace; the default batch is halved until it fits, as on one chip."""
-    trace = build_trace(workload, library, mode, batch, precision, seq_len, options)
-    if batch is None and "model" in trace.meta:
-        fits = preferred_capacity_bytes(chip)
-        while trace.memory_bytes > fits and trace.batch > 1:
-            trace = build_trace(workload, library, mode, trace.batch // 2, precision, seq_len, options)
-    check_trace_ops(len(trace.ops), trace.name)
-    return trace
-
-
-def _microbatch_trace(
-    workload: str,
-    library: Library,
-    mode: Mode,
-    batch: int | None,
-    precision: Precision,
-    seq_len: int | None,
-    microbatches: int,
-    source: str,
-    options: TraceOptions,
-) -> Trace:
-    """One microbatch's trace (``batch / microbatches`` samples)."""
-    probe = build_trace(workload, library, mode, batch, precision, seq_len, options)
-    if "model" not in probe.meta:  # a trace file or an inline product: its batch is one microbatch
-        check_trace_ops(len(probe.ops), probe.name)
-        return probe
-    if probe.batch % microbatches:
-        raise UsageError(
-            source, "--microbatches", f"the batch of {probe.batch} does not split into {microbatches} microbatches"
-        )
-    trace = build_trace(workload, library, mode, probe.batch // microbatches, precision, seq_len, options)
+    trace = build_trace(workload, library, mode, batch, precision, seq_len, options.trace)
+    rebuild = rebuilder(workload, library, mode, precision, seq_len, options.trace)
+    trace = default_batch_trace(chip, options.streaming, trace, batch, rebuild)
     check_trace_ops(len(trace.ops), trace.name)
     return trace
 
@@ -326,6 +316,7 @@ class _Context:
     options: ParallelOptions
     record: bool
     mode: Mode
+    rebuild: Callable[[int, bool], Trace] | None
     software: SoftwareSpec
 
     @property
@@ -350,19 +341,10 @@ class _Context:
         footprint = resident_bytes(trace, needed, share)
         return cost_model_for(self.chip, self.efficiency, trace.precision, footprint, framework_s)
 
-    def check_capacity(self, needed: int, field: str, what: str) -> None:
-        capacity = capacity_bytes(self.chip)
-        if needed > capacity:
-            raise CapacityError(
-                self.chip.name,
-                field,
-                f"{what} needs {needed / 2**30:.1f} GiB, more than the chip's {capacity / 2**30:.1f} GiB",
-            )
-
     # -- data parallel ---------------------------------------------------------------------------
 
     def data_parallel(self, trace: Trace) -> SystemRun:
-        self.check_capacity(trace.memory_bytes, "--batch", f"batch {trace.batch}")
+        memory_fit.check_needs(self.chip, self.options.streaming, trace, memory_fit.trace_needs, self.rebuild)
         model = self.model(trace, trace.memory_bytes)
         single = replay(trace, model, self.issue_s)
         single_end = max((t.end_s for t in single), default=0.0)
@@ -391,25 +373,23 @@ class _Context:
     # -- pipeline parallel -----------------------------------------------------------------------
 
     def pipelined(self, trace: Trace, microbatches: int) -> SystemRun:
-        stages_count = self.options.pipeline_stages
         train = trace.mode is Mode.TRAIN
-        balance = self.model(trace, trace.memory_bytes // stages_count, 1 / stages_count)
-        stages = split_stages(trace, stages_count, [balance.cost(op).time_s for op in trace.ops])
+        staged = self.stages_of(trace, microbatches)
+        memory_fit.check_needs(
+            self.chip,
+            self.options.streaming,
+            trace,
+            lambda t: [need for _, need in (staged if t is trace else self.stages_of(t, microbatches))],
+            self.rebuild,
+            "--microbatches",
+        )
+        stages = [stage for stage, _ in staged]
         work: list[StageWork] = []
         blocks: list[tuple[list[OpTiming], list[OpTiming], OpCost | None]] = []
         memory = 0
-        for stage in stages:
-            inflight = (
-                microbatches
-                if self.options.schedule is Schedule.GPIPE or not train
-                else min(microbatches, stages_count - stage.index)
-            )
-            needed = stage_memory_bytes(trace, stage, inflight)
-            self.check_capacity(
-                needed, "--microbatches", f"stage {stage.index} with {inflight} microbatches of {trace.batch} in flight"
-            )
-            memory = max(memory, needed)
-            model = self.model(trace, needed, stage.parameter_fraction)
+        for stage, need in staged:
+            memory = max(memory, need.bytes)
+            model = self.model(trace, need.bytes, stage.parameter_fraction)
             forward = replay(sub_trace(trace, stage.forward, f"{trace.name}.s{stage.index}.fwd"), model, self.issue_s)
             backward = replay(sub_trace(trace, stage.backward, f"{trace.name}.s{stage.index}.bwd"), model, self.issue_s)
             update = model.cost(stage.update) if train and stage.update is not None else None
@@ -439,8 +419,31 @@ class _Context:
         )
         return SystemRun(result, self.timeline(chip_spans, outcome.comm))
 
-    def single_chip_step(self, trace: Trace, microbatches: int) -> float:
-        """One chip running the whole per-replica batch as ``microbatches`` accumulated microbatches."""
+    def stages_of(self, trace: Trace, microbatches: int) -> list[tuple[Stage, memory_fit.Need]]:
+        """The stages of ``trace`` (balanced by time on one chip) and what each stage's chip holds."""
+        count = self.options.pipeline_stages
+        balance = self.model(trace, trace.memory_bytes // count, 1 / count)
+        staged = []
+        for stage in split_stages(trace, count, [balance.cost(op).time_s for op in trace.ops]):
+            all_inflight = self.options.schedule is Schedule.GPIPE or trace.mode is not Mode.TRAIN
+            inflight = microbatches if all_inflight else min(microbatches, count - stage.index)
+            needed = stage_memory_bytes(trace, stage, inflight)
+            plural = "es" if inflight > 1 else ""
+            what = f"stage {stage.index} with {inflight} micro-batch{plural} of {trace.batch} in flight"
+            update_only = needed - resident_bytes(trace, needed, stage.parameter_fraction)
+            staged.append((stage, memory_fit.Need(what, needed, update_only)))
+        return staged
+
+    def single_chip_step(self, trace: Trace, microbatches: int) -> float | str:
+        """One chip running the whole per-replica batch as ``microbatches`` accumulated microbatches.
+
+        The reference of ``scaling_efficiency``: the same micro-batch and options on one chip that holds
+        the whole step in its memory (In-Processor Memory on IPUs, nothing in streaming memory). When
+        one chip cannot, the reason why (a string) instead.
+        """
+        unheld = memory_fit.one_chip_cannot_hold(self.chip, trace)
+        if unheld is not None:
+            return unheld
         model = self.model(trace, trace.memory_bytes)
         compute = [i for i, op in enumerate(trace.ops) if op.phase is not Phase.UPDATE]
         timings = replay(sub_trace(trace, compute, trace.name), model, self.issue_s)
@@ -458,7 +461,7 @@ class _Context:
         entries: Sequence[tuple[Op, OpTiming, int]],
         ops_time_s: float,
         memory: int,
-        single_step_s: float,
+        single_step: float | str,
         comm: CommLog,
         exposed_s: float,
         bubble: tuple[float, float],
@@ -483,8 +486,8 @@ class _Context:
             schedule=self.options.schedule.value if self.options.pipeline_stages > 1 else None,
             collective=self.comm.algorithm.value if self.placement.data_parallel > 1 else None,
             memory_bytes=memory,
-            capacity_bytes=capacity_bytes(self.chip),
-            single_chip_step_s=single_step_s,
+            single_chip_step_s=single_step if isinstance(single_step, float) else None,
+            scaling_note=single_step if isinstance(single_step, str) else None,
             comm_s=comm.busy_s(),
             exposed_comm_s=exposed_s,
             software=self.software.name,

@@ -1,6 +1,9 @@
 """archsim's benchmark: wall time of whole CLI runs and of the stages inside one run.
 
-Usage: python scripts/bench.py [--repeat N] [--quick] [--sweep N]
+Usage: python scripts/bench.py [--repeat N] [--quick] [--sweep N] [--suite N]
+
+Every table starts with the machine it was measured on (CPU model, cores, load average, Python): the
+README quotes these medians with that line.
 
 Each case runs as a fresh process (so Python start-up and imports count, as a user sees them), N
 times after one warm-up; the median, minimum and maximum wall times are printed. A second table
@@ -11,6 +14,9 @@ never test assertions: this script is how the numbers quoted in notes are produc
 a systolic chip against ResNet-50 inference) as ``archsim sweep`` into a fresh folder, N times, with
 the local executor on every core, then once with a local Dask cluster, and checks that both tables
 are identical.
+
+``--suite N`` times the whole test suite (``python -m pytest``, as configured: in parallel on every
+core) N times and prints each run's summary line.
 """
 
 from __future__ import annotations
@@ -24,12 +30,28 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def machine() -> str:
+    """The machine the timings are taken on: CPU model, cores, load averages, Python version."""
+    model = "unknown CPU"
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        lines = cpuinfo.read_text().splitlines()
+        names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+        model = names[0] if names else model
+    load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    return f"machine: {model}, {os.cpu_count()} cores, load average {load}, Python {sys.version.split()[0]}"
+
+
 CLI_CASES = [
     ("v100 resnet50 train b256", ["run", "v100", "resnet50", "--mode", "train", "--batch", "256", "--json"]),
     ("v100 bert-large train s128", ["run", "v100", "bert-large", "--mode", "train", "--seq-len", "128", "--json"]),
     ("ipu bert-large infer", ["run", "ipu", "bert-large", "--json"]),
     ("tpu-v3 resnet50 infer", ["run", "tpu-v3", "resnet50", "--json"]),
     ("v100 gemm 4096x7000x4096", ["run", "v100", "gemm:4096x7000x4096", "--json"]),
+    ("archsim validate", ["validate"]),
 ]
 
 
@@ -187,6 +209,21 @@ def bench_sweep(repeat: int) -> None:
         print("dask table identical to local:", local.equals(dask))
 
 
+def bench_suite(repeat: int) -> None:
+    """Wall time of the whole test suite as ``pytest`` runs it (addopts: in parallel on every core)."""
+    print(f"test suite, python -m pytest from {ROOT.name}/, {repeat} run(s)")
+    times = []
+    for i in range(repeat):
+        start = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True
+        )
+        times.append(time.perf_counter() - start)
+        summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "(no output)"
+        print(f"  run {i + 1}: {times[-1]:.1f} s, exit {done.returncode}: {summary}", flush=True)
+    print(f"median {statistics.median(times):.1f} s, min {min(times):.1f} s, max {max(times):.1f} s")
+
+
 def row(label: str, times: list[float]) -> str:
     """One table row: median, min, max in milliseconds."""
     return f"{label:<34} {1e3 * statistics.median(times):>9.1f} {1e3 * min(times):>9.1f} {1e3 * max(times):>9.1f}"
@@ -198,9 +235,14 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="only the first CLI case")
     parser.add_argument("--sweep", type=int, default=0, metavar="N", help="only the acceptance sweep, N times")
+    parser.add_argument("--suite", type=int, default=0, metavar="N", help="only the test suite, N times")
     args = parser.parse_args()
-    if args.sweep:
-        bench_sweep(args.sweep)
+    print(machine(), flush=True)
+    if args.sweep or args.suite:
+        if args.sweep:
+            bench_sweep(args.sweep)
+        if args.suite:
+            bench_suite(args.suite)
         return
 
     header = f"{'case':<34} {'median ms':>9} {'min ms':>9} {'max ms':>9}"

@@ -52,7 +52,10 @@ def baseline_path(name: str) -> Path:
         return Path(name)
     if not _NAME.fullmatch(name):
         raise UsageError(
-            name[:80], "NAME", "a baseline name is letters, digits, '.', '_' and '-' (or a path ending in .tsv)"
+            name[:80],
+            "NAME",
+            "a baseline name is a letter or digit, then letters, digits, '.', '_' or '-', "
+            "at most 100 characters (or give a path ending in .tsv)",
         )
     return Path(FOLDER) / f"{name}{SUFFIX}"
 

@@ -25,15 +25,14 @@ file in the same folder, then a rename) and read with every line checked: a malf
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from archsim import __version__
 from archsim.baseline.runs import LAYER_COLUMNS, RUN_COLUMNS, RunRecord, Value
-from archsim.errors import SpecError, UsageError
+from archsim.errors import SpecError
 from archsim.limits import read_text_file
+from archsim.outfile import cannot_write, write_file
 
 SCHEMA_VERSION = 1
 NONE = "\\N"
@@ -115,22 +114,9 @@ def write_baseline(baseline: Baseline, path: Path) -> None:
     text = dump_baseline(baseline)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as err:
-        raise UsageError(str(path), "", f"cannot write: {err.strerror or err}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except OSError as err:
-        Path(temporary).unlink(missing_ok=True)
-        raise UsageError(str(path), "", f"cannot write: {err.strerror or err}") from None
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+        raise cannot_write(path, "", err) from None
+    write_file(path, text, "")
 
 
 def _value(text: str, kind: type, column: str, source: str, line: int) -> Value:

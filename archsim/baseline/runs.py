@@ -9,11 +9,13 @@ A run is written ``TARGET:WORKLOAD[:OPTIONS]``:
   ``train``, default ``infer``), ``batch``, ``precision`` and ``seq_len`` (each default: what
   ``archsim run`` picks), ``software`` (a ``software/`` name, default the chip's), ``fusion``
   (``none`` or ``norm-act``) and ``recompute`` (``true`` or ``false``), the last two by default what
-  the software does.
+  the software does, and ``streaming_memory`` (``none``, ``optimizer-state`` or ``all``, default
+  ``none``).
 
 ``v100:resnet50``, ``a100:bert-base:mode=train,batch=8,seq_len=128`` and
 ``tpu-v3:gemm:2048x2048x2048`` are runs. :attr:`RunSpec.id` is the canonical text (``mode`` always
-given, then the options that are set, in the order above), which the baseline file stores.
+given, then the options that are set, in the order above; ``streaming_memory=none`` is the default
+and left out), which the baseline file stores.
 
 The default set (:func:`default_runs`) is every chip on the search path with every model, in
 inference and training, then every system in training (where its links carry the gradient
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from archsim.api import simulate
 from archsim.errors import ArchsimError, UsageError
 from archsim.limits import MAX_ARGUMENT
-from archsim.spec.common import Fusion, Precision
+from archsim.spec.common import Fusion, Precision, StreamingMemory
 from archsim.spec.library import Library
 from archsim.workloads.trace import Mode
 
@@ -39,7 +41,7 @@ DEFAULT_BATCH = 2
 DEFAULT_MODES = {"chip": (Mode.INFER, Mode.TRAIN), "system": (Mode.TRAIN,)}
 """Kinds of description that are targets of the default set, with the modes each runs in (a kind the
 library lacks adds nothing)."""
-OPTION_KEYS = ("mode", "batch", "precision", "seq_len", "software", "fusion", "recompute")
+OPTION_KEYS = ("mode", "batch", "precision", "seq_len", "software", "fusion", "recompute", "streaming_memory")
 """Options of a run, in the order its canonical text gives them."""
 
 Value = str | int | float | None
@@ -94,6 +96,8 @@ class RunSpec:
     """``none`` or ``norm-act``, or None for what the software does."""
     recompute: bool | None = None
     """True or False, or None for what the software does."""
+    streaming_memory: str | None = None
+    """What an IPU may keep in streaming memory (``optimizer-state``, ``all``), or None for nothing."""
 
     @property
     def id(self) -> str:
@@ -148,6 +152,10 @@ def parse_run(text: str) -> RunSpec:
     recompute = values.get("recompute")
     if recompute not in (None, "true", "false"):
         raise UsageError(text, "recompute", f"expected true or false, got {recompute[:40]!r}")
+    streaming = values.get("streaming_memory", StreamingMemory.NONE.value)
+    if streaming not in {s.value for s in StreamingMemory}:
+        known = ", ".join(s.value for s in StreamingMemory)
+        raise UsageError(text, "streaming_memory", f"{streaming[:40]!r} is not one of {known}")
     return RunSpec(
         target,
         workload,
@@ -158,6 +166,7 @@ def parse_run(text: str) -> RunSpec:
         values.get("software") or None,
         fusion,
         None if recompute is None else recompute == "true",
+        None if streaming == StreamingMemory.NONE.value else streaming,
     )
 
 
@@ -216,6 +225,7 @@ def record_run(spec: RunSpec, library: Library, keep_errors: bool) -> RunRecord:
             fusion=spec.fusion,
             recompute=spec.recompute,
             software=spec.software,
+            streaming_memory=spec.streaming_memory or StreamingMemory.NONE,
         )
     except ArchsimError as err:
         if not keep_errors:

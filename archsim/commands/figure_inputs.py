@@ -12,11 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from archsim.cli import add_trace_arguments, positive_int
+from archsim.cli import add_memory_argument, add_trace_arguments, positive_int
 from archsim.errors import UsageError
 
 if TYPE_CHECKING:
     from archsim.results.records import RunResult
+    from archsim.results.timeline import Timeline
     from archsim.spec.library import Library
 
 
@@ -32,15 +33,19 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pipeline-stages", type=positive_int, default=1)
     parser.add_argument("--microbatches", type=positive_int, default=None)
     add_trace_arguments(parser)
+    add_memory_argument(parser)
 
 
-def simulate_run(args: argparse.Namespace) -> tuple[RunResult, Library]:
-    """The run the options of :func:`add_run_arguments` ask for, and the library it was looked up in."""
-    from archsim.api import simulate
+def simulate_run(args: argparse.Namespace) -> tuple[RunResult, Library, Timeline]:
+    """The run the options of :func:`add_run_arguments` ask for, its library and its recorded timeline.
+
+    The timeline is recorded so that the timeline figure shows the links' lanes as the Perfetto export does.
+    """
     from archsim.spec.library import Library
+    from archsim.systems import simulate_system
 
     library = Library(args.lib)
-    result = simulate(
+    run = simulate_system(
         args.target,
         args.workload,
         args.mode,
@@ -54,8 +59,10 @@ def simulate_run(args: argparse.Namespace) -> tuple[RunResult, Library]:
         fusion=args.fusion,
         recompute=args.recompute,
         software=args.software,
+        streaming_memory=args.streaming_memory,
+        record=True,
     )
-    return result, library
+    return run.result, library, run.timeline
 
 
 def write_output(write: Callable[[Any, str], None], content: Any, out: str) -> None:

@@ -77,10 +77,21 @@ def simulate_args(args: argparse.Namespace) -> RunResult:
         fusion=args.fusion,
         recompute=args.recompute,
         software=args.software,
+        streaming_memory=args.streaming_memory,
     )
     if args.timeline is not None:
         write_timeline(run.timeline, args.timeline)
     return run.result
+
+
+def scaling_line(result: RunResult) -> str:
+    """How the system's throughput compares with its chips' running alone (or why it cannot be said)."""
+    if result.scaling_efficiency is None or result.single_chip_throughput is None:
+        return f"scaling       n/a: {result.scaling_note}"
+    return (
+        f"scaling       {100 * result.scaling_efficiency:.1f}% of {result.num_chips} x one chip "
+        f"({result.single_chip_throughput:.1f} samples/s alone)"
+    )
 
 
 def summary_lines(result: RunResult) -> list[str]:
@@ -90,8 +101,7 @@ def summary_lines(result: RunResult) -> list[str]:
     lines = [
         f"system        {result.system}: {result.num_chips} chips, {result.nodes} node(s), data parallel "
         f"{result.data_parallel} x pipeline {result.pipeline_stages}, global batch {result.global_batch}",
-        f"scaling       {100 * result.scaling_efficiency:.1f}% of {result.num_chips} x one chip "
-        f"({result.single_chip_throughput:.1f} samples/s alone)",
+        scaling_line(result),
         f"communication {format_time(result.comm_s)} in flight, {format_time(result.exposed_comm_s)} exposed"
         + (f" ({result.collective} all-reduce)" if result.collective else ""),
     ]

@@ -60,13 +60,13 @@ def plot_run(args: argparse.Namespace) -> int:
     """Simulate one run and plot it."""
     from archsim import plots
 
-    result, library = simulate_run(args)
+    result, library, recorded = simulate_run(args)
     if args.kind == "breakdown":
         figure = plots.layer_breakdown(result)
     elif args.kind == "roofline":
         figure = plots.roofline(result, library)
     else:
-        figure = plots.timeline(result)
+        figure = plots.timeline(result, recorded.links)
     write_output(plots.write_html, figure, args.out)
     return 0
 

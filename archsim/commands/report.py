@@ -48,8 +48,8 @@ def report_run(args: argparse.Namespace) -> int:
     """Simulate one run and write its report."""
     from archsim import plots
 
-    result, library = simulate_run(args)
-    write_output(plots.write_report, plots.run_report(result, library), args.out)
+    result, library, timeline = simulate_run(args)
+    write_output(plots.write_report, plots.run_report(result, library, links=timeline.links), args.out)
     return 0
 
 

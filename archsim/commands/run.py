@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from archsim.cli import add_trace_arguments, positive_int
+from archsim.cli import add_memory_argument, add_trace_arguments, positive_int
 from archsim.commands import multichip, scalesim
 from archsim.errors import UsageError
 from archsim.models.systolic_layer import StallModel
@@ -34,6 +34,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq-len", type=positive_int, default=None, help="sequence length (BERT)")
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
     add_trace_arguments(parser)
+    add_memory_argument(parser)
     multichip.add_arguments(parser)
     parser.set_defaults(handler=run)
 

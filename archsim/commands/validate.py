@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         from archsim.results.figures import validation_scatter, write_html
 
-        write_html(validation_scatter(report), args.plot)
+        write_html(validation_scatter(report), args.plot, "--plot")
     if args.json:
         print(json.dumps(report.to_dict(), indent=1, allow_nan=False))
     else:

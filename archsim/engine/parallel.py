@@ -59,6 +59,8 @@ class CommOptions:
     overlap: bool = True
     """All-reduce buckets while the backward pass runs (False: after it)."""
     chunk_bytes: float = DEFAULT_CHUNK_BYTES
+    launch_s: float = 0.0
+    """Fixed latency of every collective call (the collective library's launch latencies)."""
 
 
 @dataclass(frozen=True)
@@ -133,7 +135,7 @@ def data_parallel_step(
     """One data-parallel step: the chip's ops, and its gradient all-reduces overlapping them."""
     env = simpy.Environment()
     net = RepNetwork(env, placement.fabric, record)
-    engine = CollectiveEngine(net, placement, options.chunk_bytes)
+    engine = CollectiveEngine(net, placement, options.chunk_bytes, launch_s=options.launch_s)
     buckets = gradient_buckets(ops, options.bucket_bytes) if placement.data_parallel > 1 else []
     comm_done = env.event()
     updates = [i for i, op in enumerate(ops) if op.phase is Phase.UPDATE]
@@ -210,7 +212,7 @@ def pipeline_step(
     """One pipelined step of every stage; ``communicate=False`` makes every transfer free (a baseline)."""
     env = simpy.Environment()
     net = RepNetwork(env, placement.fabric, record)
-    engine = CollectiveEngine(net, placement, options.chunk_bytes)
+    engine = CollectiveEngine(net, placement, options.chunk_bytes, launch_s=options.launch_s)
     stages, m = len(work), microbatches
     comm = CommLog(engine.records, [], [])
     tasks: list[tuple[int, str, int, float, float]] = []

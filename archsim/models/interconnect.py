@@ -60,11 +60,19 @@ class Tier:
     """POOLED: ports per member. RING: links per member towards its next neighbour, per direction."""
     torus: bool = False
     """True for a dimension of a torus level."""
+    link_reduces: bool = False
+    """The tier's switch can reduce in the network (its link's ``in_network_reduction``)."""
+    in_network_reduction: bool = False
+    """A collective library uses that reduction here (set by its plan, never by the system alone)."""
+    open_line: bool = False
+    """A torus dimension without wraparound (a line): its ring is laid along the line, out on one
+    direction of every link and back on the other, so it has one direction, and a ring step mostly
+    crosses two links (``latency_s`` is two hops)."""
 
     @property
     def directions(self) -> int:
-        """Directions a member sends in: both ring directions, or one egress pool."""
-        return 2 if self.kind is TierKind.RING else 1
+        """Directions a member sends in: both ring directions (one on an open line), or one egress pool."""
+        return 2 if self.kind is TierKind.RING and not self.open_line else 1
 
     @property
     def egress_bytes_per_s(self) -> float:
@@ -176,7 +184,7 @@ def _level_tiers(
 ) -> tuple[list[Tier], tuple[int, ...]]:
     """The tiers of one level, and the order of its members along its first ring."""
 
-    def make(tier_name: str, kind: TierKind, size: int, lanes: int, torus: bool = False) -> Tier:
+    def make(tier_name: str, kind: TierKind, size: int, lanes: int, torus: bool = False, line: bool = False) -> Tier:
         return Tier(
             name=tier_name,
             level_index=index,
@@ -185,9 +193,11 @@ def _level_tiers(
             chips_per_member=chips_below,
             link=link.name,
             link_bytes_per_s=link.bandwidth,
-            latency_s=link.latency,
+            latency_s=link.latency * (2 if line and size > 2 else 1),
             lanes=lanes,
             torus=torus,
+            open_line=line,
+            link_reduces=link.in_network_reduction and kind is TierKind.POOLED and level.topology is Topology.SWITCH,
         )
 
     order = tuple(range(level.size))
@@ -195,7 +205,10 @@ def _level_tiers(
         assert level.shape is not None
         assert level.links is not None
         links = level.links
-        return [make(f"{name}.d{d}", TierKind.RING, n, links, torus=True) for d, n in enumerate(level.shape)], order
+        return [
+            make(f"{name}.d{d}", TierKind.RING, n, links, torus=True, line=not level.wraps(d))
+            for d, n in enumerate(level.shape)
+        ], order
     if level.topology is Topology.GRAPH:
         assert level.connections is not None
         try:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
+from archsim.outfile import write_file
 from archsim.validation.run import ValidationReport
 
 GROUP_COLOURS = {"operator": "#1f77b4", "single_chip": "#d62728", "multi_chip": "#2ca02c"}
@@ -61,9 +62,13 @@ def validation_scatter(report: ValidationReport, band: float = 0.10) -> go.Figur
     return figure
 
 
-def write_html(figure: go.Figure, path: str | Path) -> None:
-    """Write a self-contained HTML file (plotly.js embedded), atomically: temp file, then rename."""
-    target = Path(path)
-    temporary = target.with_name(target.name + ".tmp")
-    figure.write_html(str(temporary), include_plotlyjs=True, full_html=True)
-    temporary.replace(target)
+_HTML_OPTIONS = {"include_plotlyjs": True, "full_html": True, "div_id": "archsim-figure"}
+"""A fixed div id: plotly draws a random one, and the same figure must give the same file."""
+
+
+def write_html(figure: go.Figure, path: str | Path, field: str = "--out") -> None:
+    """Write a self-contained HTML file (plotly.js embedded), atomically: temp file, then rename.
+
+    A failed write is a UsageError naming ``path`` and ``field`` (the option that gave the path).
+    """
+    write_file(path, lambda temporary: figure.write_html(str(temporary), **_HTML_OPTIONS), field)

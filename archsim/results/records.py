@@ -6,9 +6,14 @@ Python API and the CLI return the same records. Times are seconds, sizes bytes, 
 A run on a multi-chip system (:func:`build_system_result`) fills the same record: ``layers`` are the
 representative chip's ops (one per stage in a pipeline, with its ``stage``), and the system fields --
 ``num_chips``, ``data_parallel``, ``global_batch``, ``scaling_efficiency`` (throughput over ``num_chips``
-times the one-chip throughput at the same per-chip batch), ``comm_s``, ``exposed_comm_s``, ``bubble_s``,
-``links`` (utilization per link class) and ``collectives`` -- say what the interconnect did. A one-chip
-run has ``num_chips`` 1, ``scaling_efficiency`` 1 and no communication.
+times the throughput of one chip running the same per-chip micro-batch with the same options; None,
+with the reason in ``scaling_note``, when one chip cannot hold that), ``comm_s``, ``exposed_comm_s``,
+``bubble_s``, ``links`` (utilization per link class) and ``collectives`` -- say what the interconnect
+did. A one-chip run has ``num_chips`` 1, ``scaling_efficiency`` 1 and no communication.
+
+Memory is per chip and measured against the memory that must hold the step (:mod:`archsim.memory_fit`):
+main memory, or In-Processor Memory on IPUs, named by ``memory_technology``; what an IPU keeps in
+streaming memory is ``streaming_memory_bytes``.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from archsim.engine.replay import OpTiming
+from archsim.memory_fit import capacity_bytes, capacity_technology, split_bytes
 from archsim.models.base import Bound
 from archsim.spec.chip import ChipSpec
 from archsim.workloads.trace import Op, Phase, Trace
@@ -114,7 +120,7 @@ class Normalized:
         """Normalize a per-chip throughput by ``chip``'s published TDP and transistor count."""
         return cls(
             per_chip=per_chip,
-            per_watt=per_chip / chip.tdp if chip.tdp else None,
+            per_watt=per_chip / chip.tdp_w if chip.tdp_w else None,
             per_billion_transistors=per_chip / (chip.transistors / 1e9) if chip.transistors else None,
         )
 
@@ -133,7 +139,7 @@ class RunResult:
     num_chips: int
     step_time_s: float
     throughput: float
-    """Samples (images, sequences) per second for the whole target."""
+    """Samples (images, sequences) per second for the whole target, in :attr:`throughput_unit`."""
     flops: int
     """FLOPs of one step, all chips together."""
     utilization: float
@@ -145,8 +151,13 @@ class RunResult:
     time_by_bound: dict[str, float]
     """Seconds of op time by what bound each op."""
     memory_bytes: int
-    """Device memory the step needs (per chip)."""
+    """Bytes of the step (per chip) held in the memory ``memory_capacity_bytes`` measures."""
     memory_capacity_bytes: int
+    """Capacity of the memory that must hold the step: main memory, In-Processor Memory on IPUs."""
+    memory_technology: str
+    """Which memory that is (a ``memory/`` name, e.g. ``hbm2``, ``ipu-in-processor-memory``)."""
+    streaming_memory_bytes: int = field(default=0, kw_only=True)
+    """Bytes of the step an IPU keeps in streaming memory (``--streaming-memory``; 0 elsewhere)."""
     software: str | None = field(default=None, kw_only=True)
     """The software stack that ran the graph (a ``software/`` name)."""
     input_wait_s: float = field(default=0.0, kw_only=True)
@@ -163,10 +174,12 @@ class RunResult:
     """All-reduce algorithm used for gradients."""
     global_batch: int = field(default=0, kw_only=True)
     """Samples per step, all replicas: ``batch * data_parallel``."""
-    single_chip_throughput: float = field(default=0.0, kw_only=True)
-    """Samples per second of one chip running the same per-chip batch alone."""
-    scaling_efficiency: float = field(default=1.0, kw_only=True)
-    """``throughput / (num_chips * single_chip_throughput)``."""
+    single_chip_throughput: float | None = field(default=None, kw_only=True)
+    """Samples per second of one chip running the same per-chip micro-batch alone (None: it cannot hold it)."""
+    scaling_efficiency: float | None = field(default=1.0, kw_only=True)
+    """``throughput / (num_chips * single_chip_throughput)``, never above 1 (None: no one-chip reference)."""
+    scaling_note: str | None = field(default=None, kw_only=True)
+    """Why ``scaling_efficiency`` is None (None when it is a number)."""
     comm_s: float = field(default=0.0, kw_only=True)
     """Seconds during which any inter-chip transfer was in flight."""
     exposed_comm_s: float = field(default=0.0, kw_only=True)
@@ -177,11 +190,44 @@ class RunResult:
     """``bubble_s`` over the time to the pipeline flush."""
     links: tuple[LinkRecord, ...] = field(default=(), kw_only=True)
     collectives: tuple[CollectiveRecord, ...] = field(default=(), kw_only=True)
+    chip_not_published: tuple[str, ...] = field(default=(), kw_only=True)
+    """The chip's figures its description says are not published (``tdp``, ``die_area``, ``process``): the
+    normalized throughputs they would give are None, and shown as ``not published``."""
+    throughput_unit: str = field(default="samples/s", kw_only=True)
+    """What :attr:`throughput` counts per second, from the workload (see :func:`throughput_unit`)."""
     layers: tuple[LayerRecord, ...]
+
+    def missing(self, figure: str) -> str:
+        """How to show a normalized throughput that needs ``figure`` (``tdp``, ``transistors``) and is None."""
+        return "not published" if figure in self.chip_not_published else "n/a"
+
+    def batch_scope(self) -> str:
+        """``batch`` with what it is per: ``8 per chip``, or on a system ``512 per replica (4 pipeline chips)``."""
+        if self.system is None:
+            return f"{self.batch} per chip"
+        if self.pipeline_stages > 1:
+            scope = f"{self.batch} per replica ({self.pipeline_stages} pipeline chips)"
+        else:
+            scope = f"{self.batch} per chip"
+        if self.microbatches > 1:
+            scope += f" in {self.microbatches} microbatches"
+        if self.data_parallel > 1:
+            scope += f", global {self.global_batch} over {self.data_parallel} replicas"
+        return scope
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict; layers in trace order."""
         return asdict(self)
+
+
+def throughput_unit(trace: Trace) -> str:
+    """What a run of ``trace`` counts per second, e.g. ``sequences/s``.
+
+    The trace's ``meta["sample"]`` when it names one (a decode step's ``token``), else ``sequence`` for a
+    workload with a sequence length, else ``sample``.
+    """
+    sample = trace.meta.get("sample") or ("sequence" if trace.seq_len is not None else "sample")
+    return f"{sample}s/s"
 
 
 def to_json(result: RunResult) -> str:
@@ -196,6 +242,23 @@ def input_wait(samples: int, busy_s: float, input_samples_per_s: float | None) -
     return max(0.0, samples / input_samples_per_s - busy_s)
 
 
+def _ratio(throughput: float, linear: float) -> float:
+    """Throughput over linear scaling; a rounding residue above 1 (same ops summed in another order) is cut."""
+    ratio = throughput / linear
+    return 1.0 if 1.0 < ratio <= 1.0 + 1e-9 else ratio
+
+
+def memory_fields(chip: ChipSpec, needed: int) -> dict[str, Any]:
+    """The memory fields of a record for a chip whose step needs ``needed`` bytes."""
+    held, streamed = split_bytes(chip, needed)
+    return {
+        "memory_bytes": held,
+        "memory_capacity_bytes": capacity_bytes(chip),
+        "memory_technology": capacity_technology(chip),
+        "streaming_memory_bytes": streamed,
+    }
+
+
 def build_result(
     *,
     target: str,
@@ -204,7 +267,6 @@ def build_result(
     timings: list[OpTiming],
     step_overhead_s: float,
     num_chips: int,
-    capacity_bytes: int,
     software: str | None = None,
     input_samples_per_s: float | None = None,
 ) -> RunResult:
@@ -223,7 +285,7 @@ def build_result(
     samples = trace.batch * num_chips
     throughput = samples / step_time_s
     flops = trace.flops * num_chips
-    peak = chip.peak[trace.precision] * num_chips
+    peak = chip.peak_flops(trace.precision) * num_chips
     per_chip = throughput / num_chips
     return RunResult(
         software=software,
@@ -243,10 +305,11 @@ def build_result(
         ops_time_s=ops_time_s,
         step_overhead_s=step_overhead_s,
         time_by_bound=by_bound,
-        memory_bytes=trace.memory_bytes,
-        memory_capacity_bytes=capacity_bytes,
+        **memory_fields(chip, trace.memory_bytes),
         global_batch=samples,
         single_chip_throughput=per_chip,
+        throughput_unit=throughput_unit(trace),
+        chip_not_published=chip.not_published(),
         layers=layers,
     )
 
@@ -269,8 +332,8 @@ def build_system_result(
     schedule: str | None,
     collective: str | None,
     memory_bytes: int,
-    capacity_bytes: int,
-    single_chip_step_s: float,
+    single_chip_step_s: float | None,
+    scaling_note: str | None,
     comm_s: float,
     exposed_comm_s: float,
     bubble_s: float,
@@ -284,7 +347,8 @@ def build_system_result(
 
     ``trace`` is one microbatch's (the per-chip batch when not pipelined); ``batch`` is the per-replica
     batch; ``entries`` the representative ops with their timings and stages; ``single_chip_step_s``
-    the step time of one chip running the same per-replica batch alone.
+    the step time of one chip running the same per-replica batch alone, or None with ``scaling_note``
+    saying why one chip cannot.
     """
     layers = tuple(LayerRecord.of(op, t, chip.clock, stage) for op, t, stage in entries)
     input_wait_s = input_wait(batch, ops_time_s + step_overhead_s, input_samples_per_s)
@@ -299,7 +363,7 @@ def build_system_result(
     samples = batch * data_parallel
     throughput = samples / step_time_s
     per_chip = throughput / num_chips
-    single = batch / single_chip_step_s
+    single = None if single_chip_step_s is None else batch / single_chip_step_s
     return RunResult(
         software=software,
         input_wait_s=input_wait_s,
@@ -313,13 +377,12 @@ def build_system_result(
         step_time_s=step_time_s,
         throughput=throughput,
         flops=flops,
-        utilization=flops / step_time_s / (chip.peak[trace.precision] * num_chips),
+        utilization=flops / step_time_s / (chip.peak_flops(trace.precision) * num_chips),
         normalized=Normalized.of(per_chip, chip),
         ops_time_s=ops_time_s,
         step_overhead_s=step_overhead_s,
         time_by_bound=by_bound,
-        memory_bytes=memory_bytes,
-        memory_capacity_bytes=capacity_bytes,
+        **memory_fields(chip, memory_bytes),
         system=system,
         nodes=nodes,
         data_parallel=data_parallel,
@@ -329,12 +392,15 @@ def build_system_result(
         collective=collective,
         global_batch=samples,
         single_chip_throughput=single,
-        scaling_efficiency=throughput / (num_chips * single),
+        scaling_efficiency=None if single is None else _ratio(throughput, num_chips * single),
+        scaling_note=scaling_note,
         comm_s=comm_s,
         exposed_comm_s=exposed_comm_s,
         bubble_s=bubble_s,
         bubble_fraction=bubble_fraction,
         links=tuple(links),
         collectives=tuple(collectives),
+        throughput_unit=throughput_unit(trace),
+        chip_not_published=chip.not_published(),
         layers=layers,
     )

@@ -9,6 +9,8 @@ Tables carry each value twice: as text for people and, in the cell's ``data-valu
 JSON (a float's shortest exact form, ``null`` for a missing value), so that programs and tests read
 back exactly the number the run produced.
 
+A table wider or taller than the window scrolls inside its own box; figures follow the window's width.
+
 This module builds the page and the run report (:func:`run_report`); the sweep report is in
 :mod:`archsim.results.sweep_report`. :func:`write_report` saves either, atomically.
 """
@@ -26,8 +28,10 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
+from archsim.outfile import write_file
 from archsim.results import run_figures
 from archsim.results.records import RunResult
+from archsim.results.timeline import TimelineSpan
 from archsim.units import format_bytes, format_time
 
 FIGURE_HEIGHT = "480px"
@@ -36,7 +40,7 @@ FIGURE_HEIGHT = "480px"
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em; color: #222; }
 h1 { font-size: 1.6em; } h2 { font-size: 1.2em; margin-top: 2em; }
-table { border-collapse: collapse; margin: 0.5em 0; }
+table { border-collapse: collapse; margin: 0.5em 0; display: block; max-width: 100%; max-height: 70vh; overflow: auto; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
 th { background: #f4f4f4; font-weight: 600; }
 td.number { text-align: right; font-variant-numeric: tabular-nums; }
@@ -64,10 +68,10 @@ def _finite(value: object) -> bool:
     return not (isinstance(value, float) and not math.isfinite(value))
 
 
-def number(value: float | int | None, text: str | None = None) -> Cell:
-    """A numeric cell, ``n/a`` when missing; ``text`` defaults to :func:`format_number`."""
+def number(value: float | int | None, text: str | None = None, missing: str = "n/a") -> Cell:
+    """A numeric cell, ``missing`` when there is no value; ``text`` defaults to :func:`format_number`."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
-        return Cell("n/a", None)
+        return Cell(missing, None)
     return Cell(text if text is not None else format_number(value), value)
 
 
@@ -106,7 +110,14 @@ def section(section_id: str, heading: str, content: str) -> str:
 
 def figure_section(div_id: str, heading: str, figure: go.Figure) -> str:
     """A figure under its heading, drawn into ``<div id="DIV_ID">`` by the page's one plotly.js."""
-    div = pio.to_html(figure, include_plotlyjs=False, full_html=False, div_id=div_id, default_height=FIGURE_HEIGHT)
+    div = pio.to_html(
+        figure,
+        include_plotlyjs=False,
+        full_html=False,
+        div_id=div_id,
+        default_height=FIGURE_HEIGHT,
+        config={"responsive": True},  # redrawn to the window's width when it changes
+    )
     opening = f'<section class="figure" data-figure="{html.escape(div_id)}">'
     return f"{opening}\n<h2>{html.escape(heading)}</h2>\n{div}\n</section>"
 
@@ -141,14 +152,7 @@ def write_report(text: str, path: str | Path) -> None:
 
     A write that fails leaves neither a partial report nor the temporary file behind.
     """
-    target = Path(path)
-    temporary = target.with_name(target.name + ".tmp")
-    try:
-        temporary.write_bytes(text.encode("utf-8"))
-        temporary.replace(target)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
+    write_file(path, text)
 
 
 def run_summary(result: RunResult) -> list[tuple[str, str, Cell]]:
@@ -157,13 +161,13 @@ def run_summary(result: RunResult) -> list[tuple[str, str, Cell]]:
     Multi-chip fields (system, parallelism, scaling efficiency, communication, bubble) are listed only
     when the run has more than one chip; for one chip they are trivial.
     """
-    unit = "sequences/s" if result.seq_len is not None else "samples/s"
+    unit = result.throughput_unit
     n = result.normalized
     rows: list[tuple[str, str, Cell]] = [
         ("target", "target", word(result.target)),
         ("workload", "workload", word(result.workload)),
         ("mode", "mode", word(result.mode)),
-        ("batch", "batch per chip", number(result.batch, str(result.batch))),
+        ("batch", "batch", number(result.batch, result.batch_scope())),
         ("precision", "precision", word(result.precision)),
         ("seq_len", "sequence length", number(result.seq_len, str(result.seq_len))),
         ("num_chips", "chips", number(result.num_chips, str(result.num_chips))),
@@ -172,17 +176,17 @@ def run_summary(result: RunResult) -> list[tuple[str, str, Cell]]:
         ("step_overhead_s", "step overhead", number(result.step_overhead_s, format_time(result.step_overhead_s))),
         ("throughput", "throughput", number(result.throughput, f"{format_number(result.throughput)} {unit}")),
         ("throughput_per_chip", "throughput per chip", number(n.per_chip, f"{format_number(n.per_chip)} {unit}")),
-        ("throughput_per_watt", "throughput per watt of TDP", number(n.per_watt)),
+        ("throughput_per_watt", "throughput per watt of TDP", number(n.per_watt, missing=result.missing("tdp"))),
         ("flops", "FLOPs per step", number(result.flops, f"{result.flops / 1e12:.4g} TFLOP")),
         ("utilization", "utilization of peak", number(result.utilization, f"{100 * result.utilization:.1f}%")),
     ]
     for bound, seconds in result.time_by_bound.items():
         rows.append((f"{bound}_bound_s", f"time {bound}-bound", number(seconds, format_time(seconds))))
     rows += [
-        ("memory_bytes", "memory needed per chip", number(result.memory_bytes, format_bytes(result.memory_bytes))),
+        ("memory_bytes", "memory used per chip", number(result.memory_bytes, format_bytes(result.memory_bytes))),
         (
             "memory_capacity_bytes",
-            "memory capacity per chip",
+            f"memory capacity per chip ({result.memory_technology})",
             number(result.memory_capacity_bytes, format_bytes(result.memory_capacity_bytes)),
         ),
     ]
@@ -206,7 +210,9 @@ def _multichip_summary(result: RunResult) -> list[tuple[str, str, Cell]]:
         (
             "scaling_efficiency",
             "scaling efficiency",
-            number(result.scaling_efficiency, f"{100 * result.scaling_efficiency:.1f}%"),
+            number(result.scaling_efficiency, f"{100 * result.scaling_efficiency:.1f}%")
+            if result.scaling_efficiency is not None
+            else Cell(f"n/a: {result.scaling_note}", None),
         ),
         ("comm_s", "communication in flight", number(result.comm_s, format_time(result.comm_s))),
         ("exposed_comm_s", "exposed communication", number(result.exposed_comm_s, format_time(result.exposed_comm_s))),
@@ -223,17 +229,23 @@ RUN_FIGURES = ("breakdown", "roofline", "timeline")
 """The figures of a run report, in order; each is drawn into ``<div id="plot-NAME">``."""
 
 
-def run_report(result: RunResult, peak_flops: float, bandwidth_bytes_per_s: float) -> str:
+def run_report(
+    result: RunResult,
+    peak_flops: float,
+    bandwidth_bytes_per_s: float,
+    links: Sequence[tuple[str, Sequence[TimelineSpan]]] = (),
+) -> str:
     """The HTML report of one run: its summary, then its per-layer breakdown, roofline and timeline.
 
     ``peak_flops`` and ``bandwidth_bytes_per_s`` are the roof of one chip (see
-    :func:`archsim.results.run_figures.roofline`).
+    :func:`archsim.results.run_figures.roofline`); ``links``, a recorded run's link lanes, go into the
+    timeline (see :func:`archsim.results.run_figures.timeline`).
     """
     title = f"archsim run: {result.workload} ({result.mode}) on {result.target}"
     figures = {
         "breakdown": ("Time per layer by bound", run_figures.layer_breakdown(result)),
         "roofline": ("Roofline", run_figures.roofline(result, peak_flops, bandwidth_bytes_per_s)),
-        "timeline": ("Timeline of one step", run_figures.timeline(result)),
+        "timeline": ("Timeline of one step", run_figures.timeline(result, links)),
     }
     sections = [section("summary", "Summary", summary_table(run_summary(result)))]
     sections += [figure_section(f"plot-{name}", *figures[name]) for name in RUN_FIGURES]

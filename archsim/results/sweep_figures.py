@@ -2,7 +2,8 @@
 
 Each function takes the DataFrame of :func:`archsim.sweep.run_sweep` (or any table with the named
 columns), leaves out rows whose ``x`` or ``y`` is missing (runs archsim refused), and returns a
-``plotly.graph_objects.Figure`` whose traces hold the plotted values in ``x`` and ``y``.
+``plotly.graph_objects.Figure`` whose traces hold the plotted values in ``x`` and ``y``; with no row
+left to draw, the figure says so.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from archsim.errors import UsageError
+from archsim.results.run_figures import note_empty
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 MAX_GROUPS = 12
@@ -26,6 +28,14 @@ def _usable(table: pd.DataFrame, columns: Sequence[str | None]) -> pd.DataFrame:
             raise UsageError("", column, f"no such column; columns are {', '.join(map(str, table.columns))}")
     named = [c for c in columns if c is not None]
     return table.dropna(subset=named)
+
+
+def _new_figure(data: pd.DataFrame, x: str, y: str) -> go.Figure:
+    """An empty figure, saying why when no row has both ``x`` and ``y`` to draw."""
+    figure = go.Figure()
+    if data.empty:
+        note_empty(figure, f"no row has both {x} and {y} (every run refused, or no rows)")
+    return figure
 
 
 def _hover(table: pd.DataFrame, columns: Sequence[str]) -> list[str]:
@@ -48,7 +58,7 @@ def sweep_scatter(
     has more than :data:`MAX_GROUPS` numeric values).
     """
     data = _usable(table, [x, y, color])
-    figure = go.Figure()
+    figure = _new_figure(data, x, y)
     continuous = color is not None and pd.api.types.is_numeric_dtype(data[color]) and data[color].nunique() > MAX_GROUPS
     labels = [*hover, *([color] if color else [])]
     if continuous:
@@ -84,14 +94,21 @@ def sweep_scatter(
     return figure
 
 
-def pareto_mask(
-    xs: Sequence[float], ys: Sequence[float], maximize_x: bool = False, maximize_y: bool = True
-) -> list[bool]:
-    """Which points no other point dominates (at least as good in both, better in one).
+def pareto_mask(table: pd.DataFrame, x: str, y: str, maximize_x: bool = False, maximize_y: bool = True) -> pd.Series:
+    """Which rows of ``table`` no other row dominates in ``x`` and ``y`` (at least as good in both, better in one).
 
-    By default a smaller ``x`` (a cost: peak FLOP/s, SRAM, watts, chips) and a larger ``y`` (throughput)
-    are better. Equal points are all kept.
+    The same calling convention as :func:`pareto_front`: a boolean Series on the table's index, False
+    for a row without both values (a refused run). By default a smaller ``x`` (a cost: peak FLOP/s,
+    SRAM, watts, chips) and a larger ``y`` (throughput) are better. Equal points are all kept.
     """
+    data = _usable(table, [x, y])
+    mask = pd.Series(False, index=table.index, dtype=bool)
+    mask[data.index] = _undominated(data[x].tolist(), data[y].tolist(), maximize_x, maximize_y)
+    return mask
+
+
+def _undominated(xs: Sequence[float], ys: Sequence[float], maximize_x: bool, maximize_y: bool) -> list[bool]:
+    """:func:`pareto_mask` over two lists of values: one sort, then one pass."""
     sx = [v if not maximize_x else -v for v in xs]
     sy = [v if maximize_y else -v for v in ys]
     order = sorted(range(len(sx)), key=lambda i: (sx[i], -sy[i]))
@@ -119,9 +136,9 @@ def pareto_front(
     The front is the trace ``Pareto front``, sorted by ``x`` (see :func:`pareto_mask` for "better").
     """
     data = _usable(table, [x, y])
-    mask = pareto_mask(data[x].tolist(), data[y].tolist(), maximize_x, maximize_y)
-    front = data[mask].sort_values(x, kind="stable")
-    figure = go.Figure()
+    mask = _undominated(data[x].tolist(), data[y].tolist(), maximize_x, maximize_y)
+    front = data[pd.Series(mask, index=data.index, dtype=bool)].sort_values(x, kind="stable")  # [] would pick columns
+    figure = _new_figure(data, x, y)
     figure.add_trace(
         go.Scatter(
             x=data[x].tolist(),
@@ -161,7 +178,7 @@ def scaling_curves(
     ``y0 * x / x0``.
     """
     data = _usable(table, [x, y, group])
-    figure = go.Figure()
+    figure = _new_figure(data, x, y)
     for i, (value, rows) in enumerate(_groups(data, group)):
         rows = rows.sort_values(x, kind="stable")
         name = str(value) if value is not None else y

@@ -8,21 +8,29 @@ from archsim.units import format_bytes, format_time
 
 def summary_lines(result: RunResult) -> list[str]:
     """The run's headline numbers, one per line."""
-    unit = "sequences/s" if result.seq_len is not None else "samples/s"
+    unit = result.throughput_unit
     seq = f", seq_len {result.seq_len}" if result.seq_len is not None else ""
     n = result.normalized
-    per_watt = f"{n.per_watt:.3g}" if n.per_watt is not None else "n/a"
-    per_bt = f"{n.per_billion_transistors:.3g}" if n.per_billion_transistors is not None else "n/a"
+    per_watt = f"{n.per_watt:.3g}" if n.per_watt is not None else result.missing("tdp")
+    per_bt = result.missing("transistors")
+    if n.per_billion_transistors is not None:
+        per_bt = f"{n.per_billion_transistors:.3g}"
     bounds = ", ".join(f"{k} {format_time(v)}" for k, v in result.time_by_bound.items() if v > 0)
     return [
-        f"{result.workload} {result.mode} on {result.target} x{result.num_chips}: batch {result.batch} per chip, "
+        f"{result.workload} {result.mode} on {result.target} x{result.num_chips}: batch {result.batch_scope()}, "
         f"{result.precision}{seq}" + (f", software {result.software}" if result.software else ""),
         f"step time     {format_time(result.step_time_s)} (ops {format_time(result.ops_time_s)}, "
         f"step overhead {format_time(result.step_overhead_s)})",
         f"throughput    {result.throughput:.1f} {unit} ({n.per_chip:.1f} per chip, {per_watt} per W, "
         f"{per_bt} per billion transistors)",
         f"flops         {result.flops / 1e12:.3f} TFLOP per step, utilization {100 * result.utilization:.1f}% of peak",
-        f"memory        {format_bytes(result.memory_bytes)} needed of {format_bytes(result.memory_capacity_bytes)}",
+        f"memory        {format_bytes(result.memory_bytes)} used of {format_bytes(result.memory_capacity_bytes)} "
+        f"{result.memory_technology}"
+        + (
+            f", {format_bytes(result.streaming_memory_bytes)} in streaming memory"
+            if result.streaming_memory_bytes
+            else ""
+        ),
         f"op time by bound: {bounds}",
     ]
 

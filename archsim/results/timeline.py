@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from archsim.errors import UsageError
+from archsim.outfile import write_file
 
 MIRRORED_CHIPS = 64
 """Systems up to this many chips get one compute lane per chip."""
@@ -87,23 +85,5 @@ def trace_events(timeline: Timeline) -> dict[str, Any]:
 
 def write_timeline(timeline: Timeline, path: str | os.PathLike[str]) -> None:
     """Write the trace-event file atomically; a failure raises UsageError naming the path."""
-    target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    try:
-        handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
-    except OSError as err:
-        raise UsageError(str(path), "--timeline", f"cannot write: {err.strerror}") from None
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            json.dump(trace_events(timeline), out, separators=(",", ":"), allow_nan=False)
-            out.flush()
-            os.fsync(out.fileno())
-        mask = os.umask(0)  # mkstemp creates 0600; give the file the mode open() would have
-        os.umask(mask)
-        os.chmod(temporary, 0o666 & ~mask)
-        os.replace(temporary, target)
-    except BaseException as err:
-        Path(temporary).unlink(missing_ok=True)
-        if isinstance(err, OSError):
-            raise UsageError(str(path), "--timeline", f"cannot write: {err.strerror}") from None
-        raise
+    text = json.dumps(trace_events(timeline), separators=(",", ":"), allow_nan=False)
+    write_file(path, text, "--timeline")

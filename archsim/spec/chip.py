@@ -10,29 +10,50 @@ published peak of each precision must agree with the one implied by the unit cou
 from __future__ import annotations
 
 import enum
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
+from archsim.errors import UnitError
 from archsim.spec.common import (
-    Area,
     Bandwidth,
     Bytes,
     Count,
     Duration,
     Fraction,
     Frequency,
-    Length,
     Name,
-    Power,
     Precision,
     Spec,
     Throughput,
     Time,
     parse_shape,
 )
+from archsim.units import Dimension, parse
 
 PEAK_TOLERANCE = 0.10
+NOT_PUBLISHED = "not published"
+PUBLISHED_FIGURES = ("tdp", "die_area", "process")
+"""The figures of a chip that may be written ``"not published"`` (with a source saying where it is not)."""
+
+
+def _figure(dimension: Dimension) -> Any:
+    """A quantity of ``dimension``, or the words ``not published``, which are kept as they are."""
+
+    def validate(value: object) -> object:
+        if value == NOT_PUBLISHED:
+            return value
+        try:
+            return parse(value, dimension)
+        except UnitError as err:
+            raise ValueError(err.problem) from None
+
+    return BeforeValidator(validate)
+
+
+PowerFigure = Annotated[float | Literal["not published"], _figure(Dimension.POWER)]
+AreaFigure = Annotated[float | Literal["not published"], _figure(Dimension.AREA)]
+LengthFigure = Annotated[float | Literal["not published"], _figure(Dimension.LENGTH)]
 
 
 class Family(enum.StrEnum):
@@ -208,10 +229,10 @@ class ChipSpec(Spec):
     default_precision: Precision
     peak: dict[Precision, Throughput]
     """Published peak dense throughput per precision (FLOPS; OPS for int8)."""
-    tdp: Power | None = None
+    tdp: PowerFigure | None = None
     transistors: Count | None = None
-    die_area: Area | None = None
-    process: Length | None = None
+    die_area: AreaFigure | None = None
+    process: LengthFigure | None = None
     memory: ChipMemory
     tensorcore: TensorCoreSection | None = None
     ipu: IpuSection | None = None
@@ -229,6 +250,9 @@ class ChipSpec(Spec):
                 f"family {self.family.value!r} needs exactly the section {self.family.value!r}, "
                 f"found {present or 'none'}"
             )
+        for figure in self.not_published():
+            if not any(key == figure for key in self.sources):
+                raise ValueError(f"{figure}: 'not published' needs a source saying where it is not (sources.{figure})")
         if self.default_precision not in self.peak:
             raise ValueError(f"default_precision {self.default_precision.value} has no peak entry")
         for precision, published in self.peak.items():
@@ -248,10 +272,32 @@ class ChipSpec(Spec):
                 raise ValueError(f"ipu.tile_sram x tiles = {total} bytes disagrees with memory.onchip.capacity")
         return self
 
+    @property
+    def tdp_w(self) -> float | None:
+        """The published TDP in watts (None when not published or not given)."""
+        return None if self.tdp is None or isinstance(self.tdp, str) else self.tdp
+
+    def not_published(self) -> tuple[str, ...]:
+        """The figures of :data:`PUBLISHED_FIGURES` this chip's description says are not published."""
+        return tuple(f for f in PUBLISHED_FIGURES if getattr(self, f) == NOT_PUBLISHED)
+
     def derived_peak(self, precision: Precision) -> float | None:
         """Peak operations per second of the matrix unit at ``precision`` (2 per MAC), or None."""
         macs = self.macs_per_clock(precision)
         return None if macs is None else 2.0 * macs * self.clock
+
+    def peak_flops(self, precision: Precision) -> float:
+        """The one peak of ``precision`` that everything uses, in FLOP/s: :meth:`derived_peak`.
+
+        The cost models run the matrix unit at the rate its unit counts and clock give, so
+        utilization divides by the same number and can never pass 1. The published ``peak`` is
+        the cited figure, checked against it (within 10%) when the chip is read; a precision with no
+        published peak is not run.
+        """
+        derived = self.derived_peak(precision)
+        if derived is None or precision not in self.peak:
+            raise KeyError(precision)
+        return derived
 
     def macs_per_clock(self, precision: Precision) -> int | None:
         """Whole-chip dense multiply-accumulates per clock at ``precision``, or None if unsupported."""

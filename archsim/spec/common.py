@@ -76,6 +76,22 @@ class Fusion(enum.StrEnum):
     NORM_ACT = "norm-act"
 
 
+class StreamingMemory(enum.StrEnum):
+    """What of a step an IPU may keep in streaming memory (DDR behind its gateway) instead of on chip.
+
+    ``none``: the whole step must fit In-Processor Memory, as Poplar requires of a program by
+    default. ``optimizer-state``: the state only the optimizer update touches (fp32 master weights,
+    moments) may live in streaming memory and is streamed in for the update (Poplar's optimizer-state
+    offloading). ``all``: anything may; what does not fit In-Processor Memory is streamed by every op
+    that touches it. Chips without streaming memory hold the whole step in main memory whatever it
+    says (:mod:`archsim.memory_fit`).
+    """
+
+    NONE = "none"
+    OPTIMIZER_STATE = "optimizer-state"
+    ALL = "all"
+
+
 class Precision(enum.StrEnum):
     """Numeric formats of the operands of a run; accumulation is in fp32 (int32 for int8)."""
 

@@ -3,24 +3,31 @@
 The search path is, in order: folders given explicitly (the CLI's ``--lib``, or ``Library(paths)``),
 folders in the ``ARCHSIM_PATH`` environment variable (separated by ``os.pathsep``), then the built-in
 library (``chips/``, ``memory/``, ``interconnect/``, ``software/``, ``workloads/``, ``validation/``,
-``sweeps/``), which
-ships inside the wheel and is read from the source tree in a checkout. A name found earlier in the path
-shadows a later one, so a user folder can replace a built-in chip. Every YAML file under a folder is indexed by its
-``kind``, ``name`` and ``aliases``; a path to a file works wherever a name does.
+``sweeps/``), which ships inside the wheel and is read from the source tree in a checkout. A name
+found earlier in the path shadows a later one, so a user folder can replace a built-in chip. Every YAML
+file under a folder is indexed by its ``kind``, ``name`` and ``aliases``; a path to a file works wherever a name does.
+
+A system with one torus level can be sliced: ``SYSTEM:AxBxC`` (``tpu-v4-pod:4x4x4``) is the system
+with that level's shape replaced by the slice's, every dimension at most the pod's; which dimensions
+wrap around follows the level's ``wraparound_multiple``.
 """
 
 from __future__ import annotations
 
 import copy
+import difflib
+import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from archsim.errors import LookupFailed, SpecError
+from archsim.errors import LookupFailed, SpecError, UsageError
 from archsim.limits import description_files
 from archsim.spec.chip import ChipSpec, Family
+from archsim.spec.collective_library import CollectiveLibrarySpec
+from archsim.spec.common import parse_shape
 from archsim.spec.family import FamilySpec
 from archsim.spec.link import LinkSpec
 from archsim.spec.memory import MemorySpec
@@ -40,6 +47,7 @@ SPEC_CLASSES: dict[str, type[Any]] = {
     "link": LinkSpec,
     "model": ModelSpec,
     "system": SystemSpec,
+    "collective-library": CollectiveLibrarySpec,
     "validation": ValidationSpec,
     "sweep": SweepSpec,
     "software": SoftwareSpec,
@@ -54,13 +62,51 @@ def builtin_roots() -> list[Path]:
     return [base / folder for folder in BUILTIN_FOLDERS if (base / folder).is_dir()]
 
 
-class Entry:
-    """One indexed description file: its kind, name, aliases and one-line description."""
+def suggest(name: str, known: Sequence[str]) -> str:
+    """What to tell a user who typed an unknown ``name``: the closest of ``known``, else where to look.
 
-    __slots__ = ("aliases", "data", "description", "kind", "name", "path")
+    Close means :func:`difflib.get_close_matches` over case-folded names (at most three); with no close
+    name, a short list is given whole and a long one is left to ``archsim list``.
+    """
+    by_folded = {n.casefold(): n for n in sorted(known, reverse=True)}
+    close = difflib.get_close_matches(name.casefold(), list(by_folded), n=3, cutoff=0.6)
+    if close:
+        names = [by_folded[c] for c in close]
+        return f"did you mean {' or '.join([', '.join(names[:-1]), names[-1]] if names[:-1] else names)}?"
+    if len(known) <= 12:
+        return f"known: {', '.join(known) or 'none'}"
+    return "`archsim list` shows the known names"
+
+
+def display_path(path: Path) -> str:
+    """How messages name a description file: relative to its library or the working directory.
+
+    A built-in description is named from the library's folder (``chips/v100-16gb.yaml``), a file under
+    the working directory from there; anything else as it was given.
+    """
+    if not path.is_absolute():
+        return str(path)
+    cwd = Path.cwd()
+    bases = [root.parent for root in builtin_roots()[:1]] + ([cwd] if cwd != Path(cwd.anchor) else [])
+    for base in bases:
+        try:
+            return str(path.relative_to(base))
+        except ValueError:
+            continue
+    return str(path)
+
+
+class Entry:
+    """One indexed description file: its kind, name, aliases and one-line description.
+
+    ``path`` is where the file is; ``source`` how messages name it (:func:`display_path`).
+    """
+
+    __slots__ = ("aliases", "data", "description", "kind", "name", "path", "source")
 
     def __init__(self, path: Path, data: dict[str, Any]) -> None:
-        source = str(path)
+        source = display_path(path)
+        self.source = source
         for key in ("kind", "name"):
             if not isinstance(data.get(key), str):
                 raise SpecError(source, key, "missing or not a string")
@@ -100,7 +146,11 @@ class Library:
         index: dict[tuple[str, str], Entry] = {}
         for root in self.roots:
             for path in description_files(root):
-                entry = Entry(path, read_yaml(path))
+                try:
+                    data = read_yaml(path)
+                except SpecError as err:  # named as every message names a description file
+                    raise SpecError(display_path(path), err.field, err.problem) from None
+                entry = Entry(path, data)
                 for name in (entry.name, *entry.aliases):
                     index.setdefault((entry.kind, name), entry)
         return index
@@ -121,9 +171,15 @@ class Library:
         seen = {id(e): e for (k, _), e in self._index.items() if k == kind}
         return sorted(seen.values(), key=lambda e: e.name)
 
+    def kinds(self) -> set[str]:
+        """Every ``kind`` of description on the search path."""
+        return {kind for kind, _ in self._index}
+
     def find(self, kinds: Iterable[str], name: str) -> Entry:
-        """The entry for a name (or alias, or file path) of one of ``kinds``."""
+        """The entry for a name (or alias, or file path) of one of ``kinds``; ``SYSTEM:AxB`` is a slice."""
         kinds = tuple(kinds)
+        if "system" in kinds and ":" in name and not name.endswith((".yaml", ".yml")):
+            return self._slice(name)
         if name.endswith((".yaml", ".yml")) or os.sep in name:
             path = Path(name)
             entry = Entry(path, read_yaml(path))
@@ -133,16 +189,50 @@ class Library:
         for kind in kinds:
             if (kind, name) in self._index:
                 return self._index[(kind, name)]
+        # names are case-insensitive where that is unambiguous: `V100` is `v100`
+        folded = {id(e): e for (k, n), e in self._index.items() if k in kinds and n.casefold() == name.casefold()}
+        if len(folded) == 1:
+            return next(iter(folded.values()))
         known = sorted({n for (k, n) in self._index if k in kinds})
-        raise LookupFailed(name, "", f"unknown {' or '.join(kinds)}; known: {', '.join(known)}")
+        raise LookupFailed(name, "", f"unknown {' or '.join(kinds)}; {suggest(name, known)}")
+
+    def _slice(self, target: str) -> Entry:
+        """The entry of ``SYSTEM:AxBxC``: the system's one torus level cut to that shape."""
+        base_name, _, shape_text = target.rpartition(":")
+        base = self.find(["system"], base_name)
+        levels = base.data.get("levels")
+        if not isinstance(levels, dict) or len(levels) != 1:
+            raise UsageError(target, "slice", f"{base.name} is not one torus level, so it has no slices")
+        ((level_name, level),) = levels.items()
+        if not isinstance(level, dict) or level.get("topology") != "torus":
+            raise UsageError(target, "slice", f"{base.name} is not one torus level, so it has no slices")
+        pod = level.get("shape")
+        if not isinstance(pod, list) or not all(isinstance(n, int) for n in pod):
+            raise SpecError(base.source, f"levels.{level_name}.shape", "must be a list of integers")
+        try:
+            shape = parse_shape(shape_text, len(pod))
+        except ValueError as err:
+            raise UsageError(target, "slice", str(err)) from None
+        if any(n > m for n, m in zip(shape, pod, strict=True)):
+            pod_text = "x".join(str(m) for m in pod)
+            raise UsageError(target, "slice", f"larger than the {pod_text} of {base.name} in some dimension")
+        sliced = {**level, "size": math.prod(shape), "shape": list(shape)}
+        data = {
+            **base.data,
+            "name": f"{base.name}-{'x'.join(map(str, shape))}",
+            "aliases": [],
+            "levels": {level_name: sliced},
+        }
+        data["description"] = f"{'x'.join(map(str, shape))} slice of {base.description or base.name}"
+        return Entry(Path(f"{base.path}:{'x'.join(map(str, shape))}"), data)
 
     def spec(self, entry: Entry) -> Any:
         """The validated spec of an entry (cached per file)."""
         key = (entry.kind, str(entry.path))
         if key not in self._specs:
             if entry.kind not in SPEC_CLASSES:
-                raise SpecError(str(entry.path), "kind", f"unknown kind {entry.kind!r}")
-            self._specs[key] = validate(SPEC_CLASSES[entry.kind], entry.data, str(entry.path))
+                raise SpecError(entry.source, "kind", f"unknown kind {entry.kind!r}")
+            self._specs[key] = validate(SPEC_CLASSES[entry.kind], entry.data, entry.source)
         return self._specs[key]
 
     def chip(self, name: str) -> ChipSpec:
@@ -157,11 +247,11 @@ class Library:
             try:
                 technology = self.memory(level.technology)
             except LookupFailed as err:
-                raise SpecError(str(entry.path), field, err.problem) from None
+                raise SpecError(entry.source, field, err.problem) from None
             ceiling = technology.max_bandwidth_per_stack
             if level.stacks is not None and ceiling is not None and level.bandwidth > level.stacks * ceiling * 1.001:
                 raise SpecError(
-                    str(entry.path),
+                    entry.source,
                     f"memory.{level_name}.bandwidth",
                     f"{level.bandwidth / 1e9:.0f} GB/s exceeds {level.stacks} stacks of "
                     f"{technology.name} ({ceiling / 1e9:.0f} GB/s each)",
@@ -191,7 +281,7 @@ class Library:
     def system(self, name: str) -> SystemSpec:
         """A multi-chip system by name, alias or path, with its chip, link types and sources checked."""
         entry = self.find(["system"], name)
-        source = str(entry.path)
+        source = entry.source
         system: SystemSpec = self.spec(entry)
         missing = system.missing_sources()
         if missing:
@@ -208,7 +298,40 @@ class Library:
                 self.link(link)
             except LookupFailed as err:
                 raise SpecError(source, field, err.problem) from None
+        if system.collective_library is not None:
+            try:
+                self.collective_library(system.collective_library)
+            except LookupFailed as err:
+                raise SpecError(source, "collective_library", f"{system.collective_library}: {err.problem}") from None
         return system
+
+    def collective_library(self, name: str) -> CollectiveLibrarySpec:
+        """A collective library by name, alias or path; a software stack (``kind: software``) gives its own.
+
+        A stack names its library in ``collective_library``; the library's sources are checked.
+        """
+        entry = self.find(["collective-library", "software"], name)
+        if entry.kind == "software":
+            named = entry.data.get("collective_library")
+            if not isinstance(named, str):
+                raise SpecError(entry.source, "collective_library", "missing or not a name")
+            try:
+                entry = self.find(["collective-library"], named)
+            except LookupFailed as err:
+                raise SpecError(entry.source, "collective_library", err.problem) from None
+        spec: CollectiveLibrarySpec = self.spec(entry)
+        missing = spec.missing_sources()
+        if missing:
+            raise SpecError(
+                entry.source, "sources", f"no source for {', '.join(missing)} (cite where its numbers come from)"
+            )
+        return spec
+
+    def system_collective_library(self, system: SystemSpec) -> CollectiveLibrarySpec | None:
+        """The collective library a system runs by default (its ``collective_library``), or None."""
+        if system.collective_library is None:
+            return None
+        return self.collective_library(system.collective_library)
 
     def sweep(self, name: str) -> SweepSpec:
         """A sweep description by name or path."""

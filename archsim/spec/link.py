@@ -25,4 +25,7 @@ class LinkSpec(Spec):
     latency: Time
     """One-way latency of a message across one link (including the endpoints' overheads)."""
     full_duplex: bool = True
+    in_network_reduction: bool = False
+    """The switch behind this port reduces data in the network (NVLink SHARP on NVSwitch 3): a
+    collective library that can use it all-reduces by sending each byte once."""
     sources: dict[str, str]

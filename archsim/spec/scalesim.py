@@ -29,6 +29,7 @@ from pathlib import Path
 
 from archsim.errors import LimitError, SpecError
 from archsim.limits import MAX_DIM, check_trace_ops, read_text_file
+from archsim.outfile import write_file
 from archsim.spec.chip import Dataflow
 
 WORD_BYTES = 1
@@ -248,4 +249,4 @@ def write_topology(layers: Iterable[TopologyLayer], path: str | Path, gemm: bool
                 f"{layer.name}, {layer.ifmap_h}, {layer.ifmap_w}, {layer.filter_h}, {layer.filter_w}, "
                 f"{layer.channels}, {layer.num_filters}, {layer.stride},"
             )
-    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_file(path, "\n".join(lines) + "\n")

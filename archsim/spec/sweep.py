@@ -43,7 +43,7 @@ from pydantic import (
 )
 
 from archsim.errors import UnitError
-from archsim.spec.common import Count, Fusion, Name, Precision, Spec
+from archsim.spec.common import Count, Fusion, Name, Precision, Spec, StreamingMemory
 from archsim.units import dimension_of, parse_any
 
 ROOTS = ("chip", "system", "link", "memory", "run")
@@ -61,6 +61,7 @@ RUN_SETTINGS = (
     "fusion",
     "recompute",
     "software",
+    "streaming_memory",
 )
 MAX_AXIS_VALUES = 100_000
 """Values one axis may take (a range that would produce more is refused)."""
@@ -92,6 +93,7 @@ class RunSettings(Spec):
     """None: what the software does."""
     software: Name | None = None
     """The software stack (a ``software/`` name; None: the chip's default)."""
+    streaming_memory: StreamingMemory = StreamingMemory.NONE
 
 
 class WorkloadEntry(Spec):

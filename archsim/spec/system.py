@@ -12,14 +12,17 @@ topology       meaning of ``links`` (and the extra field it needs)
                Ethernet fat tree); every other member is one hop away
 ``full-mesh``  links between every pair of members (Ascend HCCS within a 4-chip group)
 ``ring``       links from a member to each of its two ring neighbours, per direction
-``torus``      links per direction in each dimension of ``shape`` (wraparound in every dimension)
+``torus``      links per direction in each dimension of ``shape`` (wraparound in every dimension,
+               or only in those whose size is a multiple of ``wraparound_multiple``)
 ``graph``      none: ``connections`` lists ``[a, b, links]`` per joined pair (DGX-1's hybrid
                cube-mesh); collectives run on the edge-disjoint Hamiltonian rings found in it
 =============  ==============================================================================
 
 ``scale_out`` (optional) declares the fabric that joins copies of the whole system: ``archsim run
 SYSTEM ... --nodes N`` adds it as an outer level of ``N`` members, each with ``links`` ports. Without it
-``--nodes`` is an error. ``collective`` is the all-reduce algorithm used when none is asked for.
+``--nodes`` is an error. ``collective`` is the all-reduce algorithm used when none is asked for;
+``collective_library`` names the collective library (``software/``, ``kind: collective-library``) whose
+protocol, latency and launch costs every collective pays (none: the bare links).
 
 Every number cites a source in ``sources``: the keys ``chip``, ``levels.NAME`` (or
 ``levels.NAME.FIELD``) for every level and ``scale_out`` (or ``scale_out.FIELD``) are required.
@@ -77,6 +80,9 @@ class Level(Spec):
     """Torus dimensions, innermost first; their product is ``size``."""
     connections: tuple[tuple[StrictInt, StrictInt, StrictInt], ...] | None = None
     """Graph edges ``[a, b, links]`` between members ``a`` and ``b`` (0-based)."""
+    wraparound_multiple: Count | None = None
+    """Torus only: a dimension wraps around when its size is a multiple of this (TPU v4: 4); the others
+    are open lines (a mesh). None: every dimension wraps around."""
     description: str = ""
 
     @model_validator(mode="after")
@@ -95,11 +101,18 @@ class Level(Spec):
                 raise ValueError(f"shape {list(self.shape)} has {math.prod(self.shape)} members, size is {self.size}")
         elif self.shape is not None:
             raise ValueError(f"shape is only for torus levels, not {self.topology.value}")
+        elif self.wraparound_multiple is not None:
+            raise ValueError(f"wraparound_multiple is only for torus levels, not {self.topology.value}")
         if graph:
             self._check_connections()
         elif self.connections is not None:
             raise ValueError(f"connections are only for graph levels, not {self.topology.value}")
         return self
+
+    def wraps(self, dimension: int) -> bool:
+        """Whether torus dimension ``dimension`` has wraparound links (see ``wraparound_multiple``)."""
+        assert self.shape is not None
+        return self.wraparound_multiple is None or self.shape[dimension] % self.wraparound_multiple == 0
 
     def _check_connections(self) -> None:
         if not self.connections:
@@ -148,6 +161,8 @@ class SystemSpec(Spec):
     scale_out: ScaleOut | None = None
     collective: Algorithm = Algorithm.HIERARCHICAL
     """Default all-reduce algorithm (``--collective auto`` picks it)."""
+    collective_library: Name | None = None
+    """Collective library run by default (``software/*.yaml``, ``kind: collective-library``)."""
     sources: dict[str, str]
 
     @model_validator(mode="after")

@@ -72,5 +72,8 @@ def check_yaml_structure(text: str, source: str) -> None:
             expanded += sizes.get(event.anchor or "", 0)  # an undefined alias is the loader's error
         if expanded > MAX_YAML_NODES:
             raise SpecError(
-                source, _line(event), f"more than {MAX_YAML_NODES} values once aliases are expanded; not a description"
+                source,
+                _line(event),
+                f"more than {MAX_YAML_NODES} values once aliases are expanded; not a description "
+                "(a larger trace file must hold one op per line, as write_trace writes them)",
             )

@@ -134,7 +134,7 @@ def validate(cls: type[Model], data: Any, source: str) -> Model:
     """Validate ``data`` as ``cls``; the first problem becomes a SpecError naming source and field."""
     if isinstance(data, dict):
         version = data.get("schema_version")
-        if version is not None and version != 1:
+        if version is not None and (type(version) is not int or version != 1):  # not True, not 1.0
             raise SpecError(source, "schema_version", f"unsupported version {version!r}, this archsim reads 1")
     try:
         return cls.model_validate(data)

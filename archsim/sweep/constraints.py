@@ -5,11 +5,16 @@ configuration when true and drops it when false. Names are axis paths (and ``tar
 value is its number in SI base units (bytes, B/s, Hz, s), so ``chip.systolic.ifmap_sram <= 2 * 2**20``
 compares bytes. Allowed: numbers, strings, ``True``/``False``, ``+ - * / // % **``, comparisons,
 ``and``/``or``/``not``, ``x if c else y`` and the functions ``min``, ``max`` and ``abs``.
+
+Bounded work: arithmetic is over numbers only (a string, written or an axis value, may be compared,
+never multiplied or added), and no integer grows past :data:`MAX_INT_BITS` bits (checked before
+``*`` and ``**`` compute it), so one evaluation takes microseconds and little memory.
 """
 
 from __future__ import annotations
 
 import ast
+import math
 import operator
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -34,8 +39,26 @@ _COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], Any]] = {
     ast.GtE: operator.ge,
 }
 _FUNCTIONS: dict[str, Callable[..., Any]] = {"min": min, "max": max, "abs": abs}
-MAX_EXPONENT = 256
-"""Largest exponent of ``**`` (a bigger one could take unbounded time on integers)."""
+MAX_INT_BITS = 1024
+"""Largest integer a constraint computes, in bits (past it ``*`` and ``**`` could take unbounded time
+and memory); floats overflow to an error instead."""
+
+
+def _bits(value: Any) -> int:
+    """Bits of an integer operand (a bool is 1 bit, a float counts as none: it cannot grow)."""
+    return abs(value).bit_length() if isinstance(value, int) else 0
+
+
+def _check_size(op: ast.operator, left: Any, right: Any) -> None:
+    """Refuse an integer ``*`` or ``**`` whose result would pass :data:`MAX_INT_BITS` bits."""
+    if isinstance(op, ast.Pow) and isinstance(left, int) and isinstance(right, int) and right > 0:
+        bits = math.ceil(right * math.log2(abs(left))) if abs(left) > 1 else 1
+    elif isinstance(op, ast.Mult) and isinstance(left, int) and isinstance(right, int):
+        bits = _bits(left) + _bits(right) - 1
+    else:
+        bits = max(_bits(left), _bits(right))
+    if bits > MAX_INT_BITS:
+        raise ValueError(f"an integer of more than {MAX_INT_BITS} bits")
 
 
 def dotted_name(node: ast.expr) -> str | None:
@@ -80,6 +103,10 @@ class Constraint:
             if not isinstance(node.value, int | float | str | bool):
                 raise self._fail(f"constant {node.value!r} is not allowed")
             return
+        operands = [node.left, node.right] if isinstance(node, ast.BinOp) else []
+        operands += [node.operand] if isinstance(node, ast.UnaryOp) and not isinstance(node.op, ast.Not) else []
+        if any(isinstance(o, ast.Constant) and isinstance(o.value, str) for o in operands):
+            raise self._fail(f"{ast.unparse(node)!r}: arithmetic on a string is not allowed (compare strings only)")
         if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
             children: list[ast.expr] = [node.left, node.right]
         elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not | ast.USub | ast.UAdd):
@@ -118,13 +145,16 @@ class Constraint:
             return node.value
         if isinstance(node, ast.BinOp):
             left, right = self._eval(node.left, values), self._eval(node.right, values)
-            if isinstance(node.op, ast.Pow) and abs(right) > MAX_EXPONENT:
-                raise ValueError(f"exponent {right!r} is above {MAX_EXPONENT}")
+            if isinstance(left, str) or isinstance(right, str):
+                raise ValueError("arithmetic on a string (compare strings only)")
+            _check_size(node.op, left, right)
             return _BINARY[type(node.op)](left, right)
         if isinstance(node, ast.UnaryOp):
             operand = self._eval(node.operand, values)
             if isinstance(node.op, ast.Not):
                 return not operand
+            if isinstance(operand, str):
+                raise ValueError("arithmetic on a string (compare strings only)")
             return -operand if isinstance(node.op, ast.USub) else +operand
         if isinstance(node, ast.BoolOp):
             results = (self._eval(v, values) for v in node.values)

@@ -38,6 +38,11 @@ def default_jobs() -> int:
         return os.cpu_count() or 1
 
 
+def max_jobs() -> int:
+    """Most worker processes a sweep may ask for: four per core (more only adds memory and switching)."""
+    return 4 * default_jobs()
+
+
 def _exit_with_parent(parent: int) -> None:
     """Local worker initializer: end the worker once the sweep's process is gone.
 
@@ -61,6 +66,7 @@ def run_local(context: SweepContext, chunks: list[list[Task]], jobs: int) -> Ite
             yield run_chunk(context, chunk)
         return
     worker_library(context.search_path)._index  # noqa: B018 - read the library once, before forking
+    jobs = min(jobs, len(chunks))  # a worker without a chunk would only cost a process
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     with ProcessPoolExecutor(
         max_workers=jobs,

@@ -17,6 +17,7 @@ import copy
 import hashlib
 import itertools
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,29 +80,38 @@ def task_key(spec: SweepSpec, configuration: Configuration, workload: WorkloadEn
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def configurations(spec: SweepSpec, source: str) -> list[Configuration]:
-    """Every configuration of the sweep that its constraints keep, in a fixed order."""
+def iter_configurations(spec: SweepSpec, source: str) -> Iterator[Configuration]:
+    """Every configuration of the sweep that its constraints keep, in a fixed order, one at a time.
+
+    Nothing is materialized: a sweep of a million configurations is streamed in constant memory.
+    """
     names = {*spec.axis_paths, "target"}
     constraints = [Constraint(text, names, source, f"constraints[{i}]") for i, text in enumerate(spec.constraints)]
-    kept: list[Configuration] = []
+    groups = spec.groups()
+    paths = spec.axis_paths
     for target in spec.targets:
-        for combination in itertools.product(*spec.groups()):
+        for combination in itertools.product(*groups):
             assigned: dict[str, Any] = {}
             for part in combination:
                 assigned.update(part)
-            values = {path: si_value(v) for path, v in assigned.items()}
-            values["target"] = target
-            if all(c.holds(values) for c in constraints):
-                ordered = tuple((path, assigned[path]) for path in spec.axis_paths)
-                kept.append(Configuration(target, ordered))
-    return kept
+            if constraints:
+                values = {path: si_value(v) for path, v in assigned.items()}
+                values["target"] = target
+                if not all(c.holds(values) for c in constraints):
+                    continue
+            yield Configuration(target, tuple((path, assigned[path]) for path in paths))
+
+
+def configurations(spec: SweepSpec, source: str) -> list[Configuration]:
+    """Every configuration of the sweep that its constraints keep, in a fixed order."""
+    return list(iter_configurations(spec, source))
 
 
 def tasks(spec: SweepSpec, source: str) -> list[Task]:
     """Every row of the sweep, in order, each with its key."""
     entries = spec.workload_entries
     rows: list[Task] = []
-    for configuration in configurations(spec, source):
+    for configuration in iter_configurations(spec, source):
         for workload in entries:
             key = task_key(spec, configuration, workload)
             rows.append(Task(key, len(rows), configuration, workload))

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from archsim.errors import UsageError
-from archsim.spec.library import ENV_VAR
+from archsim.spec.library import ENV_VAR, Library
 from archsim.spec.sweep import SweepSpec
-from archsim.sweep.executors import EXECUTORS, default_jobs, run_dask, run_local
-from archsim.sweep.expand import Task, tasks, variant
-from archsim.sweep.store import TABLE_FILE, RowStore, write_table_atomically
+from archsim.sweep.executors import EXECUTORS, default_jobs, max_jobs, run_dask, run_local
+from archsim.sweep.expand import Configuration, Task, iter_configurations, task_key, tasks, variant
+from archsim.sweep.store import ROWS_FILE, TABLE_FILE, RowStore, write_table_atomically
 from archsim.sweep.worker import DESIGN_COLUMNS, RESULT_COLUMNS, SweepContext, worker_library
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ def _load(sweep: str | os.PathLike[str] | SweepSpec, folders: tuple[str, ...]) -
     name = os.fspath(sweep)
     entry = library.find(["sweep"], name)
     spec: SweepSpec = library.spec(entry)
-    return spec, str(entry.path)
+    return spec, entry.source
 
 
 def plan(
@@ -84,8 +84,9 @@ def plan(
 ) -> Plan:
     """Expand a sweep into its rows.
 
-    With ``check_variants`` every configuration's descriptions are validated first, so that a bad axis
-    value fails at once, in one line, rather than in every row.
+    With ``check_variants`` each distinct axis value is validated first, in the first configuration
+    that has it, so that a bad value fails at once, in one line, rather than in every row (a
+    combination that only fails together is refused in its rows).
     """
     folders = _search_path(search_path)
     spec, source = _load(sweep, folders)
@@ -93,12 +94,21 @@ def plan(
     planned = tasks(spec, source)
     if check_variants:
         library = worker_library(folders)
-        seen = set()
+        seen: set[str] = set()
         for task in planned:
-            if _identity(task) not in seen:
-                seen.add(_identity(task))
-                variant(library, spec, source, task.configuration)
+            _check_new_values(library, spec, source, task.configuration, seen)
     return Plan(context, planned)
+
+
+def _check_new_values(
+    library: Library, spec: SweepSpec, source: str, configuration: Configuration, seen: set[str]
+) -> None:
+    """Validate ``configuration``'s variant if it holds an axis value (or a target) not in ``seen``."""
+    values = [repr((configuration.target, path, value)) for path, value in configuration.values]
+    fresh = [v for v in values or [configuration.target] if v not in seen]
+    if fresh:
+        seen.update(fresh)
+        variant(library, spec, source, configuration)
 
 
 def count(
@@ -106,13 +116,25 @@ def count(
     search_path: Sequence[str] = (),
     out: str | os.PathLike[str] | None = None,
 ) -> tuple[int, int, int]:
-    """(configurations, rows, rows already stored in ``out``) of a sweep, without running it."""
-    planned = plan(sweep, search_path)
-    stored = 0
-    if out is not None and Path(out, "rows.jsonl").exists():
-        have = RowStore(out).load()
-        stored = sum(1 for t in planned.tasks if t.key in have)
-    return planned.configurations, len(planned.tasks), stored
+    """(configurations, rows, rows already stored in ``out``) of a sweep, without running it.
+
+    The configurations are streamed, never materialized, so memory stays flat however large the
+    sweep. Each distinct axis value is validated in the first configuration that has it (a bad value
+    fails here in one line); a combination that only fails together is refused when its row runs.
+    """
+    folders = _search_path(search_path)
+    spec, source = _load(sweep, folders)
+    library = worker_library(folders)
+    have = RowStore(out).load() if out is not None and Path(out, ROWS_FILE).exists() else {}
+    entries = spec.workload_entries
+    seen: set[str] = set()
+    configurations = stored = 0
+    for configuration in iter_configurations(spec, source):
+        configurations += 1
+        _check_new_values(library, spec, source, configuration, seen)
+        if have:
+            stored += sum(1 for w in entries if task_key(spec, configuration, w) in have)
+    return configurations, configurations * len(entries), stored
 
 
 def _chunks(todo: list[Task], jobs: int, chunk_size: int | None) -> list[list[Task]]:
@@ -121,7 +143,7 @@ def _chunks(todo: list[Task], jobs: int, chunk_size: int | None) -> list[list[Ta
 
 
 def _progress(total: int, done: int, name: str, enabled: bool) -> Any:
-    from tqdm import tqdm
+    from tqdm.auto import tqdm  # a widget in a notebook (ipywidgets), text on standard error elsewhere
 
     return tqdm(
         total=total, initial=done, unit="run", desc=name, disable=not enabled, file=sys.stderr, dynamic_ncols=True
@@ -144,9 +166,10 @@ def run_sweep(
     ``out`` is the results folder: rows are stored there as they complete and a rerun skips them, so
     an interrupted sweep continues where it stopped; the table is also written there as
     ``results.parquet``. None keeps the rows in a temporary folder. ``jobs``: worker processes
-    (default: every core); ``executor``: ``local`` or ``dask`` (``scheduler``: a Dask scheduler
-    address, None for a local cluster); ``chunk_size``: rows per task (default: up to 32, at least
-    eight tasks per worker); ``progress``: a progress bar on standard error.
+    (default: every core; at most :func:`~archsim.sweep.executors.max_jobs`); ``executor``:
+    ``local`` or ``dask`` (``scheduler``: a Dask scheduler address, None for a local cluster);
+    ``chunk_size``: rows per task (default: up to 32, at least eight tasks per worker);
+    ``progress``: a progress bar on standard error.
     """
     if executor not in EXECUTORS:
         raise UsageError("", "--executor", f"{executor!r} is not one of {', '.join(EXECUTORS)}")
@@ -155,6 +178,10 @@ def run_sweep(
     for flag, value in (("--jobs", jobs), ("--chunk-size", chunk_size)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise UsageError("", flag, f"must be a positive integer, got {value!r}")
+    if jobs is not None and jobs > max_jobs():
+        raise UsageError(
+            "", "--jobs", f"{jobs} is more than {max_jobs()}, four worker processes per core ({default_jobs()} cores)"
+        )
     planned = plan(sweep, search_path)
     if out is None:
         with tempfile.TemporaryDirectory(prefix="archsim-sweep-") as folder:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from archsim.errors import UsageError
+from archsim.outfile import cannot_write, write_file
 
 ROWS_FILE = "rows.jsonl"
 TABLE_FILE = "results.parquet"
@@ -39,13 +40,16 @@ class RowStore:
         """Every complete row stored so far, by key; a torn last line is dropped from the file."""
         if not self.path.exists():
             return {}
-        data = self.path.read_bytes()
-        end = data.rfind(b"\n") + 1
-        if end < len(data):
-            with self.path.open("r+b") as handle:
-                handle.truncate(end)
-                handle.flush()
-                os.fsync(handle.fileno())
+        try:
+            data = self.path.read_bytes()
+            end = data.rfind(b"\n") + 1
+            if end < len(data):
+                with self.path.open("r+b") as handle:
+                    handle.truncate(end)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+        except OSError as err:
+            raise UsageError(str(self.path), "--out", f"cannot read and repair: {err.strerror or err}") from None
         rows: dict[str, dict[str, Any]] = {}
         for number, line in enumerate(data[:end].splitlines(), start=1):
             try:
@@ -58,21 +62,32 @@ class RowStore:
         return rows
 
     def append(self, rows: list[dict[str, Any]]) -> None:
-        """Store rows durably: whole lines in one write, flushed and fsynced before returning."""
+        """Store rows durably: whole lines, fsynced before returning.
+
+        A failed write (a full disk, a read-only folder) raises UsageError; at most a torn last line
+        is left, which :meth:`load` cuts off, so a rerun resumes from the rows stored before it.
+        """
         if not rows:
             return
         text = "".join(json.dumps(row, separators=(",", ":"), allow_nan=False) + "\n" for row in rows)
-        with self.path.open("ab") as handle:
-            handle.write(text.encode())
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+            try:
+                view = memoryview(text.encode())
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as err:
+            failed = cannot_write(self.path, "--out", err)
+            kept = f"{failed.problem}; the rows stored before are kept"
+            raise UsageError(failed.source, failed.field, kept) from None
 
 
 def write_table_atomically(table: Any, path: Path) -> None:
-    """Write a DataFrame as Parquet: to a temporary file beside ``path``, then rename over it."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        table.to_parquet(temporary, index=False)
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
+    """Write a DataFrame as Parquet: to a temporary file beside ``path``, then rename over it.
+
+    A failure raises UsageError and leaves the rows file as it was (a rerun writes the table).
+    """
+    write_file(path, lambda temporary: table.to_parquet(temporary, index=False))

@@ -46,6 +46,8 @@ RESULT_COLUMNS = (
     "software",
     "memory_bytes",
     "memory_capacity_bytes",
+    "memory_technology",
+    "streaming_memory_bytes",
     "system",
     "nodes",
     "data_parallel",
@@ -56,6 +58,7 @@ RESULT_COLUMNS = (
     "global_batch",
     "single_chip_throughput",
     "scaling_efficiency",
+    "scaling_note",
     "comm_s",
     "exposed_comm_s",
     "bubble_s",
@@ -108,8 +111,8 @@ def design_columns(chip: ChipSpec, result: RunResult) -> dict[str, Any]:
     chips = result.num_chips
     return {
         "chip": chip.name,
-        "peak_flops": chip.peak[Precision(result.precision)] * chips,
-        "tdp_w": None if chip.tdp is None else chip.tdp * chips,
+        "peak_flops": chip.peak_flops(Precision(result.precision)) * chips,
+        "tdp_w": None if chip.tdp_w is None else chip.tdp_w * chips,
         "transistors": chip.transistors,
         "onchip_memory_bytes": onchip_memory_bytes(chip),
         "main_memory_bandwidth": chip.memory.main.bandwidth,

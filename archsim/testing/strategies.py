@@ -81,11 +81,11 @@ def precisions() -> st.SearchStrategy[Precision]:
 
 
 @st.composite
-def gemm_ops(draw: st.DrawFn, precision: Precision = Precision.FP16) -> Op:
+def gemm_ops(draw: st.DrawFn, precision: Precision | str = Precision.FP16) -> Op:
     """A (batched) matrix product with its operand and result tensors."""
     batch = draw(st.integers(min_value=1, max_value=64))
     m, n, k = draw(dims), draw(dims), draw(dims)
-    e = precision.bytes
+    e = Precision(precision).bytes
     return Op(
         name="gemm",
         kind=OpKind.MATMUL,
@@ -99,7 +99,7 @@ def gemm_ops(draw: st.DrawFn, precision: Precision = Precision.FP16) -> Op:
 
 @st.composite
 def conv_ops(
-    draw: st.DrawFn, precision: Precision = Precision.FP16, phases: tuple[Phase, ...] = (Phase.FORWARD,)
+    draw: st.DrawFn, precision: Precision | str = Precision.FP16, phases: tuple[Phase | str, ...] = (Phase.FORWARD,)
 ) -> Op:
     """A 2-D convolution pass of one of ``phases``, with the implicit-GEMM view of that pass.
 
@@ -121,8 +121,8 @@ def conv_ops(
         stride=stride,
         pad=(r - 1) // 2,
     )
-    phase = draw(st.sampled_from(phases))
-    e = precision.bytes
+    phase = Phase(draw(st.sampled_from(phases)))
+    e = Precision(precision).bytes
     x = TensorAccess("x", conv.n * conv.c * conv.h * conv.w * e)
     w = TensorAccess("w", conv.k * conv.c * conv.r * conv.s * e, Role.WEIGHT)
     y = TensorAccess("y", conv.n * conv.k * conv.p * conv.q * e)
@@ -151,18 +151,22 @@ def conv_ops(
 
 
 @st.composite
-def vector_ops(draw: st.DrawFn, kind: OpKind = OpKind.ELEMENTWISE, precision: Precision = Precision.FP16) -> Op:
+def vector_ops(
+    draw: st.DrawFn, kind: OpKind | str = OpKind.ELEMENTWISE, precision: Precision | str = Precision.FP16
+) -> Op:
     """A non-matrix op of ``kind`` over 1 to 2^28 elements, 1 to 8 FLOPs each, 1 to 3 inputs.
 
     A batch-norm is sometimes a training one: a forward pass that updates its running statistics,
-    or a backward pass.
+    or a backward pass. Kinds and precisions are enums or their values (``"softmax"``, ``"bf16"``),
+    as everywhere in this module.
     """
+    kind = OpKind(kind)
     if kind.is_matrix:
         raise ValueError(f"{kind.value} is a matrix op: use gemm_ops or conv_ops")
     elements = draw(st.integers(min_value=1, max_value=2**28))
     flops_per = draw(st.integers(min_value=1, max_value=8))
     inputs = draw(st.integers(min_value=1, max_value=3))
-    e = precision.bytes
+    e = Precision(precision).bytes
     role = Role.STATE if kind is OpKind.OPTIMIZER else Role.ACTIVATION
     phase = Phase.UPDATE if kind is OpKind.OPTIMIZER else Phase.FORWARD
     writes = [TensorAccess("y", elements * e, role)]
@@ -182,15 +186,17 @@ def vector_ops(draw: st.DrawFn, kind: OpKind = OpKind.ELEMENTWISE, precision: Pr
     )
 
 
-def elementwise_ops(precision: Precision = Precision.FP16) -> st.SearchStrategy[Op]:
+def elementwise_ops(precision: Precision | str = Precision.FP16) -> st.SearchStrategy[Op]:
     """An element-wise op (the most common non-matrix kind)."""
     return vector_ops(OpKind.ELEMENTWISE, precision)
 
 
-def ops(precision: Precision = Precision.FP16, kinds: tuple[OpKind, ...] = tuple(OpKind)) -> st.SearchStrategy[Op]:
+def ops(
+    precision: Precision | str = Precision.FP16, kinds: tuple[OpKind | str, ...] = tuple(OpKind)
+) -> st.SearchStrategy[Op]:
     """An op of any of ``kinds`` (default: every kind)."""
     choices: list[st.SearchStrategy[Op]] = []
-    for kind in kinds:
+    for kind in map(OpKind, kinds):
         if kind is OpKind.MATMUL:
             choices.append(gemm_ops(precision))
         elif kind is OpKind.CONV:
@@ -200,13 +206,13 @@ def ops(precision: Precision = Precision.FP16, kinds: tuple[OpKind, ...] = tuple
     return st.one_of(choices)
 
 
-def any_ops(precision: Precision = Precision.FP16) -> st.SearchStrategy[Op]:
+def any_ops(precision: Precision | str = Precision.FP16) -> st.SearchStrategy[Op]:
     """Matrix products or element-wise ops."""
     return st.one_of(gemm_ops(precision), elementwise_ops(precision))
 
 
 @st.composite
-def traces(draw: st.DrawFn, precision: Precision = Precision.FP16, max_ops: int = 12) -> Trace:
+def traces(draw: st.DrawFn, precision: Precision | str = Precision.FP16, max_ops: int = 12) -> Trace:
     """A small random DAG of 1 to ``max_ops`` matrix and element-wise ops, in topological order."""
     count = draw(st.integers(min_value=1, max_value=max_ops))
     ops_: list[Op] = []
@@ -214,7 +220,7 @@ def traces(draw: st.DrawFn, precision: Precision = Precision.FP16, max_ops: int 
         op = draw(any_ops(precision))
         deps = draw(st.sets(st.integers(min_value=0, max_value=index - 1), max_size=3)) if index else set()
         ops_.append(Op(f"op{index}", op.kind, op.phase, op.flops, op.reads, op.writes, tuple(sorted(deps)), op.gemm))
-    return Trace("random", Mode.INFER, 1, precision, tuple(ops_), parameters=0, memory_bytes=0)
+    return Trace("random", Mode.INFER, 1, Precision(precision), tuple(ops_), parameters=0, memory_bytes=0)
 
 
 def _quantity(text: str, dimension: Dimension, factor: float, unit: str) -> str:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from archsim.outfile import write_file
 from archsim.spec.chip import Efficiency, Family
 from archsim.spec.common import Duration
 from archsim.spec.family import REQUIRED
@@ -209,6 +210,4 @@ def write_family(path: Path, fit: Fit, table: str) -> None:
     text, replaced = re.subn(r"^  efficiency: .*$", source, text, flags=re.MULTILINE)
     if replaced != 1:
         raise ValueError(f"{path}: sources.efficiency not found")
-    temporary = path.with_suffix(".yaml.tmp")
-    temporary.write_text(text, encoding="utf-8")
-    temporary.replace(path)
+    write_file(path, text, "")

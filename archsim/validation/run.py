@@ -136,7 +136,7 @@ def prepare(row: Row, library: Library) -> Prepared:
     options = stack_options(stack, mode, precision, row.fusion, row.recompute)
     named = stack if row.software is not None else None
     if system is not None:
-        source = str(entry.path)
+        source = entry.source
         parallel = ParallelOptions(microbatches=row.microbatches, trace=options, software=named)
         trace, microbatches = system_trace(
             system, source, row.workload, mode, row.batch, precision, row.seq_len, library, parallel

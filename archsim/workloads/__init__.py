@@ -4,6 +4,8 @@ Public interface:
 
 * :func:`build_trace` -- a trace from a model name or alias, a path to a model or trace YAML file,
   an inline ``gemm:MxNxK`` / ``gemm:BxMxNxK``, or an inline ``conv:N,C,H,W,K,R,S[,STRIDE[,PAD]]``;
+* :func:`microbatch_trace` -- one microbatch's trace of a per-replica batch, the same semantics for
+  every source (pipelining and gradient accumulation);
 * :func:`write_trace` / :func:`read_trace` -- trace files (``kind: trace``), exact round trip;
 * ONNX models (``*.onnx``, :mod:`~archsim.workloads.onnx_import`), PyTorch modules
   (:func:`from_torch`, :mod:`~archsim.workloads.torch_import`) and Chakra execution traces
@@ -17,6 +19,7 @@ generic training derivation in :mod:`~archsim.workloads.training`, memory estima
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -37,7 +40,7 @@ from archsim.workloads.resnet import resnet_graph
 from archsim.workloads.trace import Mode, Trace
 from archsim.workloads.traceio import read_description, read_trace, trace_from_data, write_trace
 
-__all__ = ["Fusion", "TraceOptions", "build_trace", "from_torch", "read_trace", "write_trace"]
+__all__ = ["Fusion", "TraceOptions", "build_trace", "from_torch", "microbatch_trace", "read_trace", "write_trace"]
 
 
 def from_torch(*args: Any, **kwargs: Any) -> Trace:
@@ -117,6 +120,24 @@ def build_trace(
     built here, not to a trace file, which is already built.
     Raises UsageError, SpecError or LookupFailed (all :class:`~archsim.errors.ArchsimError`).
     """
+    return _build(workload, library, mode, batch, precision, seq_len, options)[0]
+
+
+def _build(
+    workload: str,
+    library: Library,
+    mode: Mode,
+    batch: int | None,
+    precision: Precision,
+    seq_len: int | None,
+    options: TraceOptions | None,
+    fixed_batch_checked: bool = True,
+) -> tuple[Trace, bool]:
+    """:func:`build_trace`, and whether the source's batch is fixed (a file, an inline product).
+
+    With ``fixed_batch_checked`` False, a trace or Chakra file is returned whatever ``batch`` asks
+    (an inline product still refuses any batch but 1: its batch is in its shape).
+    """
     for field, enum in (("--mode", Mode), ("--precision", Precision)):
         value = mode if enum is Mode else precision
         if value not in set(enum):
@@ -135,17 +156,17 @@ def build_trace(
             )
         if seq_len is not None:
             raise UsageError(workload, "--seq-len", "an inline gemm has no sequence length")
-        return finish_trace(gemm_graph(workload, precision), mode, 1, None, None, options)
+        return finish_trace(gemm_graph(workload, precision), mode, 1, None, None, options), True
     if is_conv(workload):
         if seq_len is not None:
             raise UsageError(workload, "--seq-len", "an inline convolution has no sequence length")
         if batch not in (None, 1):
             raise UsageError(workload, "--batch", "the batch of an inline convolution is its first dimension, N")
-        return finish_trace(conv_graph(workload, precision), mode, 1, None, None, options)
+        return finish_trace(conv_graph(workload, precision), mode, 1, None, None, options), True
     if is_onnx(workload):
         from archsim.workloads.onnx_import import onnx_trace
 
-        return onnx_trace(workload, mode, batch, precision, seq_len, options=options)
+        return onnx_trace(workload, mode, batch, precision, seq_len, options=options), False
     if is_chakra(workload):
         _built_already(workload, options)
         chakra = read_chakra(workload, precision)
@@ -155,7 +176,8 @@ def build_trace(
                 "",
                 f"{len(chakra.comms)} communication nodes: replay it on a system (archsim run SYSTEM FILE)",
             )
-        return _file_trace(chakra.trace, workload, mode, batch, precision, seq_len)
+        checked = batch if fixed_batch_checked else None
+        return _file_trace(chakra.trace, workload, mode, checked, precision, seq_len), True
     if workload.endswith((".yaml", ".yml")) or os.sep in workload:
         # read here rather than in Library.find, so that a large trace file is parsed fast, once
         entry = Entry(Path(workload), read_description(Path(workload)))
@@ -164,12 +186,12 @@ def build_trace(
     else:
         entry = library.find(["model", "trace"], workload)
     if entry.kind == "trace":
-        _built_already(str(entry.path), options)
-        return _file_trace(
-            trace_from_data(entry.data, str(entry.path)), str(entry.path), mode, batch, precision, seq_len
-        )
+        _built_already(entry.source, options)
+        trace = trace_from_data(entry.data, entry.source)
+        checked = batch if fixed_batch_checked else None
+        return _file_trace(trace, entry.source, mode, checked, precision, seq_len), True
     spec: ModelSpec = library.spec(entry)
-    return _model_trace(spec, workload, mode, batch, precision, seq_len, options)
+    return _model_trace(spec, workload, mode, batch, precision, seq_len, options), False
 
 
 def _built_already(source: str, options: TraceOptions) -> None:
@@ -177,3 +199,50 @@ def _built_already(source: str, options: TraceOptions) -> None:
     if not options.is_default:
         flag = "--recompute" if options.recompute else "--fusion"
         raise UsageError(source, flag, "a trace file is already built; fuse or recompute when building it")
+
+
+def microbatch_trace(
+    workload: str,
+    library: Library,
+    mode: Mode,
+    batch: int | None,
+    precision: Precision,
+    seq_len: int | None,
+    microbatches: int | None,
+    default_microbatches: int,
+    options: TraceOptions | None = None,
+) -> tuple[Trace, int]:
+    """One microbatch's trace and the number of microbatches that make the per-replica ``batch``.
+
+    The semantics are the same for every source: ``batch`` (None: the source's own, as
+    :func:`build_trace` gives it) is the samples of one replica per step, split into
+    ``microbatches`` of ``batch / microbatches`` samples. A source that can be rebuilt (a model, an
+    ONNX file) is built at that size; ``microbatches`` None is the largest divisor of the batch up to
+    ``default_microbatches``. A source whose batch is fixed (a trace or Chakra file, an inline
+    product) cannot be split: it is one of ``microbatches`` microbatches only when ``batch`` is
+    ``microbatches`` times its own, else the whole batch (one microbatch); anything else is refused.
+    """
+    probe, fixed = _build(workload, library, mode, batch, precision, seq_len, options, fixed_batch_checked=False)
+    if fixed:
+        own = probe.batch
+        count = microbatches if microbatches is not None else (max(1, batch // own) if batch is not None else 1)
+        if count * own != (batch if batch is not None else own):
+            as_one = f"--batch {own * count} to take it as one of {count} microbatches"
+            if batch is None:
+                inline = is_gemm(workload) or is_conv(workload)
+                fits = "--microbatches 1" + ("" if inline else f", or {as_one}")
+                problem = f"holds a fixed batch of {own} that cannot be split into {count} microbatches: ask {fits}"
+            else:
+                problem = (
+                    f"holds a fixed batch of {own}, not a microbatch of a batch of {batch} in {count}: "
+                    f"ask {as_one}, or --batch {own} alone"
+                )
+            raise UsageError(workload, "--microbatches" if batch is None else "--batch", problem)
+        return probe, count
+    count = microbatches if microbatches is not None else math.gcd(probe.batch, default_microbatches)
+    if probe.batch % count:
+        problem = f"the batch of {probe.batch} does not split into {count} microbatches"
+        raise UsageError(workload, "--microbatches", problem)
+    if count == 1:
+        return probe, 1
+    return build_trace(workload, library, mode, probe.batch // count, precision, seq_len, options), count

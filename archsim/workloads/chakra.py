@@ -29,6 +29,7 @@ truncated, cyclic or dangling dependencies, over :data:`~archsim.limits.MAX_TRAC
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import re
@@ -39,7 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from archsim.errors import LimitError, SpecError, UsageError
-from archsim.limits import MAX_DIM, MAX_INT, MAX_MODEL_FILE_BYTES, MAX_TRACE_OPS
+from archsim.limits import MAX_CHAKRA_BYTES, MAX_DIM, MAX_INT, MAX_TRACE_OPS
+from archsim.outfile import write_file
 from archsim.spec.common import Precision
 from archsim.workloads.onnx_import.load import read_model_bytes
 from archsim.workloads.trace import ConvShape, Gemm, Mode, Op, OpKind, Phase, Role, TensorAccess, Trace
@@ -250,7 +252,7 @@ def chakra_bytes(trace: Trace) -> bytes:
 
 def write_chakra(trace: Trace, path: str | os.PathLike[str]) -> None:
     """Write ``trace`` as a Chakra ET; :func:`read_chakra` reads it back into an identical trace."""
-    Path(path).write_bytes(chakra_bytes(trace))
+    write_file(path, chakra_bytes(trace))
 
 
 # -- reading ---------------------------------------------------------------------------------------
@@ -294,17 +296,25 @@ def _attrs(message: Any) -> dict[str, Any]:
     return {a.name: _value(a) for a in message.attr}
 
 
+_CHUNK_BYTES = 2**20
+"""Bytes decompressed at a time."""
+
+
 def _decompress(data: bytes, source: str) -> bytes:
     if not data.startswith(b"\x1f\x8b"):
         return data
+    chunks: list[bytes] = []
+    size = 0
     try:
-        with gzip.GzipFile(fileobj=__import__("io").BytesIO(data)) as stream:
-            out = stream.read(MAX_MODEL_FILE_BYTES + 1)
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as stream:
+            while chunk := stream.read(_CHUNK_BYTES):
+                size += len(chunk)
+                if size > MAX_CHAKRA_BYTES:  # before keeping it: memory stays within the limit
+                    raise LimitError(source, "", f"decompresses to more than {MAX_CHAKRA_BYTES} bytes")
+                chunks.append(chunk)
     except (OSError, EOFError, zlib.error) as err:
         raise SpecError(source, "", f"corrupt gzip stream: {err}") from None
-    if len(out) > MAX_MODEL_FILE_BYTES:
-        raise LimitError(source, "", f"decompresses to more than {MAX_MODEL_FILE_BYTES} bytes")
-    return out
+    return b"".join(chunks)
 
 
 def _count(value: Any, source: str, field: str) -> int:

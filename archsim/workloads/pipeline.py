@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from archsim.errors import UsageError
 from archsim.workloads.trace import Op, Phase, Role, TensorAccess, Trace
 from archsim.workloads.training import RECOMPUTE
 
@@ -86,10 +87,15 @@ def _cuts(weights: Sequence[float], parts: int) -> list[int]:
 
 
 def split_stages(trace: Trace, stages: int, op_seconds: Sequence[float]) -> list[Stage]:
-    """Split ``trace`` into ``stages`` pipeline stages balanced by ``op_seconds`` (one per op)."""
+    """Split ``trace`` into ``stages`` pipeline stages balanced by ``op_seconds`` (one per op).
+
+    More stages than forward ops is a UsageError (every stage holds at least one forward op).
+    """
     forward = [i for i, op in enumerate(trace.ops) if op.phase is Phase.FORWARD]
     if stages > len(forward):
-        raise ValueError(f"{stages} stages but only {len(forward)} forward ops")
+        ops = f"{len(forward)} forward op" + ("s" if len(forward) != 1 else "")
+        problem = f"{stages} stages but the trace has {ops}: at most {len(forward)}"
+        raise UsageError(trace.name, "--pipeline-stages", problem)
     position = {trace.ops[i].name: k for k, i in enumerate(forward)}
     weight = [op_seconds[i] for i in forward]
     owner_of: dict[int, int] = {}

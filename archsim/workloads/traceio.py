@@ -12,6 +12,7 @@ Layout (``schema_version: 1``)::
     parameters: 25557032     # trainable elements
     memory_bytes: 12345678   # bytes
     meta: {optimizer: sgd-momentum}
+    op_count: 161            # how many op lines follow: a file cut short is refused
     ops:
     - {"name": "conv1", "kind": "conv2d", "phase": "fwd", "flops": 1, "reads": [{"name": "input",
        "bytes": 2, "role": "activation"}], "writes": [...], "deps": [], "gemm": {"batch": 1, ...},
@@ -19,7 +20,10 @@ Layout (``schema_version: 1``)::
 
 Each op is one flow mapping on one line (written in the JSON subset of YAML, which reads fast; any
 YAML spelling is accepted); ``deps``, ``gemm`` and ``conv`` may be left out, as may a tensor's
-``role`` (default ``activation``). On read, unknown keys, wrong types, negative counts,
+``role`` (default ``activation``). ``op_count`` proves the file whole: a copy cut at a line
+boundary would otherwise read as a shorter trace. A file without it (written before it existed) is
+read only when it can still be proven whole: a training step whose last op is its optimizer update
+(nothing follows the update); any other is refused. On read, unknown keys, wrong types, negative counts,
 unknown enum values and deps that do not point to an earlier op are errors: a
 :class:`~archsim.errors.SpecError` naming the file and the field (``ops[12].deps``). Strings are
 written double-quoted with YAML escapes, so any name survives the round trip.
@@ -40,6 +44,7 @@ from pydantic import Field, StrictInt, StrictStr, model_validator
 
 from archsim.errors import SpecError
 from archsim.limits import MAX_DIM, MAX_INT, check_trace_ops
+from archsim.outfile import write_file
 from archsim.spec.common import Count, Name, Precision, Spec
 from archsim.spec.yamlio import MAX_FILE_BYTES, parse_yaml_text, read_yaml, validate
 from archsim.workloads.trace import ConvShape, Gemm, Mode, Op, OpKind, Phase, Role, TensorAccess, Trace
@@ -115,7 +120,28 @@ class TraceFile(Spec):
     parameters: NonNegative
     memory_bytes: NonNegative
     meta: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+    op_count: Count | None = None
+    """How many ops follow (None only in files written before it was recorded)."""
     ops: Annotated[tuple[OpEntry, ...], Field(min_length=1)]  # a step of no op has no time to divide by
+
+
+def _check_whole(spec: TraceFile, source: str) -> None:
+    """Refuse a trace file that may have been cut short at a line boundary (see the module docstring)."""
+    held = len(spec.ops)
+    if spec.op_count is not None:
+        if spec.op_count != held:
+            raise SpecError(
+                source, "op_count", f"says {spec.op_count} ops but the file holds {held}: cut short or edited"
+            )
+        return
+    if spec.mode is Mode.TRAIN and spec.ops[-1].phase is Phase.UPDATE:
+        return
+    raise SpecError(
+        source,
+        "op_count",
+        f"missing, so the file cannot be proven complete (a copy cut at a line reads as a shorter trace): "
+        f"add op_count: {held} if its {held} ops are all there, or write it again (archsim trace import)",
+    )
 
 
 def _check_deps(entries: tuple[OpEntry, ...], source: str) -> None:
@@ -154,6 +180,7 @@ def trace_from_data(data: Any, source: str) -> Trace:
     if isinstance(data, dict) and isinstance(data.get("ops"), list):
         check_trace_ops(len(data["ops"]), source)
     spec = validate(TraceFile, data, source)
+    _check_whole(spec, source)
     _check_deps(spec.ops, source)
     return Trace(
         name=spec.name,
@@ -315,6 +342,7 @@ def dump_trace(trace: Trace) -> str:
     if trace.meta:
         lines.append("meta:")
         lines += [f"  {_quote(key)}: {_quote(value)}" for key, value in sorted(trace.meta.items())]
+    lines.append(f"op_count: {len(trace.ops)}")
     lines.append("ops:" if trace.ops else "ops: []")
     lines += [_op_line(op) for op in trace.ops]
     return "\n".join(lines) + "\n"
@@ -323,6 +351,8 @@ def dump_trace(trace: Trace) -> str:
 def write_trace(trace: Trace, path: str | os.PathLike[str]) -> None:
     """Write ``trace`` to ``path`` as a trace file (UTF-8); :func:`read_trace` reads it back equal.
 
-    Raises ValueError for a name holding a lone surrogate (no UTF-8 file can store one).
+    The file is written atomically (:func:`archsim.outfile.write_file`): a failed write raises
+    UsageError and leaves nothing behind. Raises ValueError for a name holding a lone surrogate (no
+    UTF-8 file can store one).
     """
-    Path(path).write_text(dump_trace(trace), encoding="utf-8")
+    write_file(path, dump_trace(trace))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -77,3 +79,126 @@ def test_any_argument_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caps
 
     one()
     assert ran >= 300
+
+
+TINY_RESNET = """schema_version: 1
+kind: model
+name: tiny-resnet
+description: a ResNet of one bottleneck block per stage on 32x32 images (fuzzing only)
+architecture: resnet
+default_batch: {train: 8, infer: 8}
+optimizer: sgd-momentum
+resnet: {image_size: 32, in_channels: 3, stem_channels: 8, blocks: [1, 1, 1, 1], widths: [8, 8, 8, 8],
+         expansion: 4, classes: 10, stride_on_3x3: true}
+sources: {resnet.blocks: "test input", default_batch.train: "test input"}
+"""
+FILE_BATCH = 2
+"""The batch the trace and Chakra files hold (built from the ONNX model at this batch)."""
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """Every kind of workload source: a model description, inline products, ONNX, trace and Chakra files."""
+    pytest.importorskip("onnx")
+    from archsim.spec.common import Precision
+    from archsim.spec.library import Library
+    from archsim.workloads import build_trace, write_trace
+    from archsim.workloads.chakra import write_chakra
+    from archsim.workloads.trace import Mode
+    from tests.onnx_models import save, small_cnn_model
+
+    folder = tmp_path_factory.mktemp("sources")
+    (folder / "lib").mkdir()
+    (folder / "lib" / "tiny-resnet.yaml").write_text(TINY_RESNET, encoding="utf-8")
+    onnx_file = str(save(small_cnn_model(), folder / "cnn.onnx"))
+    files: dict[str, dict[str, str]] = {"trace": {}, "chakra": {}}
+    for mode in ("train", "infer"):
+        trace = build_trace(onnx_file, Library(use_env=False), Mode(mode), FILE_BATCH, Precision.FP16, None)
+        write_trace(trace, folder / f"cnn-{mode}.yaml")
+        write_chakra(trace, folder / f"cnn-{mode}.et")
+        files["trace"][mode] = str(folder / f"cnn-{mode}.yaml")
+        files["chakra"][mode] = str(folder / f"cnn-{mode}.et")
+    return {"lib": str(folder / "lib"), "onnx": onnx_file, **files}
+
+
+REBUILT = ("builtin", "onnx")
+FIXED = ("trace", "chakra")
+INLINE = ("gemm", "conv")
+
+
+@st.composite
+def run_options(draw: st.DrawFn) -> dict[str, object]:
+    return {
+        "target": draw(st.sampled_from(["dgx1", "ipu-pod16"])),
+        "mode": draw(st.sampled_from(["train", "infer"])),
+        "batch": draw(st.sampled_from([None, 1, 2, 4, 8, 6])),
+        "microbatches": draw(st.sampled_from([None, 1, 2, 4])),
+        "stages": draw(st.sampled_from([1, 2, 4])),
+        "nodes": draw(st.sampled_from([None, 1, 2])),
+    }
+
+
+def _argv(workload: str, lib: str, options: dict[str, object]) -> list[str]:
+    argv = ["run", str(options["target"]), workload, "--mode", str(options["mode"]), "--json", "--lib", lib]
+    for flag, key in (("--batch", "batch"), ("--microbatches", "microbatches"), ("--nodes", "nodes")):
+        if options[key] is not None:
+            argv += [flag, str(options[key])]
+    if options["stages"] != 1:
+        argv += ["--pipeline-stages", str(options["stages"])]
+    return argv
+
+
+def test_batch_semantics_agree_across_workload_sources(
+    sources: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--batch`` is per replica and ``--microbatches`` splits it, whatever the source.
+
+    Every run either succeeds or is refused in one line. A success reports the batch asked (or the
+    source's own), ``global_batch = batch x data_parallel`` and a microbatch count that divides the
+    batch; sources that are rebuilt agree on all of it; a trace or Chakra file of the ONNX model's
+    microbatch gives the ONNX run's batch, and its step time when the microbatch counts agree (a
+    fixed-batch file defaults to one microbatch where a rebuilt source splits).
+    """
+    workloads = {
+        "builtin": "tiny-resnet",
+        "onnx": sources["onnx"],
+        "gemm": "gemm:64x64x64",
+        "conv": "conv:1,8,16,16,8,3,3",
+    }
+
+    @settings(max_examples=10, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(options=run_options())
+    def one(options: dict[str, Any]) -> None:
+        results: dict[str, dict[str, Any]] = {}
+        names = {**workloads, "trace": sources["trace"][options["mode"]], "chakra": sources["chakra"][options["mode"]]}
+        for source, workload in names.items():
+            code = main(_argv(workload, sources["lib"], options))
+            out, err = capsys.readouterr()
+            assert code in (0, 2), (source, options, err)
+            if code == 2:
+                assert out == "" and err.startswith("archsim: error: ") and err.count("\n") == 1, (source, err)
+                continue
+            result = json.loads(out)
+            results[source] = result
+            batch, microbatches = result["batch"], result.get("microbatches", 1)
+            own = 1 if source in INLINE else FILE_BATCH if source in FIXED else None
+            if options["batch"] is not None:
+                assert batch == options["batch"], (source, options, batch)
+            elif own is not None and options["microbatches"] in (None, 1):
+                assert batch == own, (source, options, batch)
+            assert result["global_batch"] == batch * result.get("data_parallel", 1), (source, result)
+            assert batch % microbatches == 0, (source, options, result)
+            if options["microbatches"] is not None and (options["stages"] != 1 or options["microbatches"] > 1):
+                assert microbatches == options["microbatches"], (source, options, result)
+        if options["batch"] is not None and all(s in results for s in REBUILT):
+            keys = ("batch", "global_batch", "microbatches", "data_parallel", "num_chips")
+            assert [results["builtin"].get(k) for k in keys] == [results["onnx"].get(k) for k in keys], options
+        for source in FIXED:
+            if source in results and "onnx" in results and options["batch"] is not None:
+                assert results[source]["batch"] == results["onnx"]["batch"], (source, options)
+                # the same microbatch count: the file holds exactly the microbatch the ONNX run rebuilt
+                if results[source].get("microbatches") == results["onnx"].get("microbatches"):
+                    onnx_step = results["onnx"]["step_time_s"]
+                    assert results[source]["step_time_s"] == pytest.approx(onnx_step, rel=1e-9), (source, options)
+
+    one()

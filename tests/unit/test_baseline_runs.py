@@ -29,6 +29,11 @@ from archsim.spec.library import Library
         # explicit since software stacks: none and false override what the stack does
         ("v100:resnet50:fusion=none,recompute=false", RunSpec("v100", "resnet50", fusion="none", recompute=False)),
         ("a100:resnet50:software=tensorrt", RunSpec("a100", "resnet50", software="tensorrt")),
+        (
+            "ipu-m2000:bert-base:mode=train,streaming_memory=optimizer-state",
+            RunSpec("ipu-m2000", "bert-base", "train", streaming_memory="optimizer-state"),
+        ),
+        ("gc200:resnet50:streaming-memory=none", RunSpec("gc200", "resnet50")),
     ],
 )
 def test_parse(text: str, expected: RunSpec) -> None:
@@ -61,6 +66,7 @@ def test_canonical_text_gives_mode_then_the_options_set() -> None:
         ("v100::batch=2", "the workload is missing"),
         ("v100:resnet50:fusion=all", "fusion: 'all' is not one of none, norm-act"),
         ("v100:resnet50:recompute=yes", "recompute: expected true or false"),
+        ("gc200:resnet50:streaming_memory=some", "streaming_memory: 'some' is not one of none, optimizer-state"),
     ],
 )
 def test_malformed_runs_are_usage_errors(text: str, fragment: str) -> None:

@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
+from archsim.cli import main
+from archsim.errors import SpecError
 from archsim.spec.chip import Family
-from archsim.spec.library import Library, builtin_roots
+from archsim.spec.library import Library, builtin_roots, display_path
 from archsim.spec.yamlio import read_yaml
 
 LIBRARY_FOLDERS = ("chips", "memory", "interconnect")
@@ -223,3 +225,36 @@ def test_coverage_rule_sees_nested_numbers() -> None:
     assert covered("tensorcore.tensor_fma_per_clock.fp16", {"tensorcore.tensor_fma_per_clock"})
     assert covered("efficiency.compute", {"efficiency"})
     assert not covered("memory.main.capacity", {"memory.main.cap"})
+
+
+def test_messages_name_builtin_files_from_the_library(library: Library) -> None:
+    chips = next(r for r in builtin_roots() if r.name == "chips")
+    assert display_path(chips / "v100-16gb.yaml") == "chips/v100-16gb.yaml"
+    assert library.find(["chip"], "v100").source == "chips/v100-16gb.yaml"
+    assert display_path(Path("mine/chip.yaml")) == "mine/chip.yaml"  # as given
+
+
+def test_a_variant_refused_in_a_sweep_names_the_library_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text(
+        "schema_version: 1\nkind: sweep\nname: s\ntarget: v100\nworkloads: [resnet50]\n"
+        'grid: {chip.memory.main.bandwidth: ["9 TB/s"]}\n'
+    )
+    monkeypatch.chdir("/")  # no working directory to be relative to
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "out"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert f"{spec}: chip.memory.main.bandwidth=9 TB/s: chips/v100-16gb.yaml: memory.main.bandwidth: " in err
+    assert str(builtin_roots()[0]) not in err
+
+
+def test_messages_name_files_under_the_working_directory_from_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "bad.yaml").write_text("schema_version: 1\nkind: chip\nname: bad\n  x: [\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SpecError) as info:
+        Library([tmp_path / "lib"], use_env=False).chip("v100")
+    assert info.value.source == "lib/bad.yaml"

@@ -25,6 +25,7 @@ from archsim import plots, simulate
 from archsim.cli import main
 from archsim.results.records import RunResult
 from archsim.spec.library import Library
+from archsim.systems import simulate_system
 
 RUN_FIELDS = ("target", "workload", "mode", "batch", "precision", "seq_len", "num_chips", "step_time_s")
 RUN_FIELDS += ("ops_time_s", "step_overhead_s", "throughput", "flops", "utilization", "memory_bytes")
@@ -136,8 +137,15 @@ def test_run_figures_hold_every_layer(run_page: str, multichip_run: RunResult) -
     markers = [trace for trace in data["plot-roofline"] if trace["name"] != "roof"]
     points = [(x, y) for trace in markers for x, y in zip(trace["x"], trace["y"], strict=True)]
     assert sorted(points) == sorted((u.flops / u.bytes, u.flops / (u.end_s - u.start_s)) for u in placed)
-    starts = sorted(base for trace in data["plot-timeline"] for base in trace["base"])
+    ops = [trace for trace in data["plot-timeline"] if trace["name"] != "transfers"]
+    starts = sorted(base for trace in ops for base in trace["base"])
     assert starts == sorted(layer.start_s for layer in layers)
+    # the communication lanes: every all-reduce of the run, as it ran
+    (transfers,) = [trace for trace in data["plot-timeline"] if trace["name"] == "transfers"]
+    collectives = multichip_run.collectives
+    assert collectives
+    assert transfers["base"] == [c.start_s for c in collectives]
+    assert transfers["x"] == [c.end_s - c.start_s for c in collectives]
 
 
 def test_plotly_js_is_embedded_once_and_nothing_is_fetched(run_page: str, sweep_page: str) -> None:
@@ -223,7 +231,7 @@ def test_sweep_figures_hold_the_rows(sweep_page: str, report_sweep_table: pd.Dat
     assert scatter == sorted(zip(done["peak_flops"], done["throughput"], strict=True))
     for i, workload in enumerate(("resnet50", "bert-base")):
         rows = done[done["workload"] == workload]
-        mask = plots.pareto_mask(rows["peak_flops"].tolist(), rows["throughput"].tolist())
+        mask = plots.pareto_mask(rows, "peak_flops", "throughput")
         front = next(t for t in data[f"plot-pareto-{i}"] if t["name"] == "Pareto front")
         assert sorted(zip(front["x"], front["y"], strict=True)) == sorted(
             zip(rows["peak_flops"][mask], rows["throughput"][mask], strict=True)
@@ -246,6 +254,18 @@ def test_cli_writes_a_run_report(tmp_path: Path, capsys: pytest.CaptureFixture[s
     report = Report(out.read_text(encoding="utf-8"))
     assert (report.summary["target"], report.summary["batch"], report.summary["num_chips"]) == ("tpu-v3", 4, 1)
     assert report.plot_divs == ["plot-breakdown", "plot-roofline", "plot-timeline"]
+
+
+def test_cli_run_report_timeline_has_the_links_lanes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run.html"
+    command = ["report", "run", "ipu-m2000", "bert-base", "--mode", "train", "--batch", "8", "--pipeline-stages", "4"]
+    assert main([*command, "--out", str(out)]) == 0
+    capsys.readouterr()
+    recorded = simulate_system("ipu-m2000", "bert-base", "train", 8, pipeline_stages=4, record=True).timeline
+    spans = [(f"link {name}", span.start_s) for name, lane in recorded.links for span in lane]
+    assert spans  # IPU-Links carry the pipeline's activations and gradients
+    (links,) = [t for t in figures(out.read_text(encoding="utf-8"))["plot-timeline"] if t["name"] == "links"]
+    assert sorted(zip(links["y"], links["base"], strict=True)) == sorted(spans)
 
 
 BAD = [

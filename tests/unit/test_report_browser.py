@@ -1,4 +1,5 @@
-"""Reports in a real headless Chromium: no script errors, every figure drawn, screenshots that show plots.
+"""Reports and exported notebooks in a real headless Chromium: no script errors, every figure drawn,
+screenshots that show plots.
 
 The page is opened from ``file://`` with every other request refused (a report must need no network),
 through Playwright driving the system's Chromium (``/usr/bin/chromium``, Debian's package; Playwright's
@@ -29,6 +30,7 @@ from archsim.results.records import RunResult
 from archsim.results.run_figures import BOUND_COLOURS
 from archsim.results.sweep_figures import PALETTE
 from archsim.spec.library import Library
+from tests.notebooks import NOTEBOOKS, execute, export_html, outputs
 
 CHROMIUM = Path(os.environ.get("ARCHSIM_CHROMIUM", "/usr/bin/chromium"))
 FLAGS = [
@@ -143,7 +145,13 @@ def test_run_report_renders_every_layer(
     expected = {
         "plot-breakdown": {"bar_traces": len(bounds), "bars": len(layers), "scatter_traces": 0, "markers": 0},
         "plot-roofline": {"bar_traces": 0, "bars": 0, "scatter_traces": len(bounds) + 1, "markers": len(placed)},
-        "plot-timeline": {"bar_traces": len(bounds), "bars": len(layers), "scatter_traces": 0, "markers": 0},
+        # one bar per op, then one per collective in the communication lanes ("transfers")
+        "plot-timeline": {
+            "bar_traces": len(bounds) + 1,
+            "bars": len(layers) + len(multichip_run.collectives),
+            "scatter_traces": 0,
+            "markers": 0,
+        },
     }
     assert page.eval_on_selector_all(".plotly-graph-div", "divs => divs.map(d => d.id)") == list(expected)
     colours = [BOUND_COLOURS[b] for b in bounds]
@@ -152,6 +160,26 @@ def test_run_report_renders_every_layer(
         assert {k: drawn[k] for k in counts} == counts, div_id
         roof = ["#000000"] if div_id == "plot-roofline" else []
         check_screenshot(page, div_id, drawn, colours + roof, tmp_path)
+    assert problems == []
+
+
+def test_cli_run_report_draws_the_links_lanes(browser: Any, tmp_path: Path, library: Library) -> None:
+    from archsim.cli import main
+    from archsim.systems import simulate_system
+
+    report = tmp_path / "links.html"
+    args = ["ipu-m2000", "bert-base", "--mode", "train", "--batch", "8", "--pipeline-stages", "4"]
+    assert main(["report", "run", *args, "--out", str(report)]) == 0
+    run = simulate_system("ipu-m2000", "bert-base", "train", 8, pipeline_stages=4, record=True, library=library)
+    spans = sum(len(lane) for _, lane in run.timeline.links)
+    assert spans > 0
+    page, problems = open_report(browser, report)
+    drawn = page.eval_on_selector("#plot-timeline", COUNTS)
+    bounds = {layer.bound for layer in run.result.layers}
+    # ops by bound, then the transfers, then the links: every span a bar
+    assert drawn["bar_traces"] == len(bounds) + 2
+    assert drawn["bars"] == len(run.result.layers) + len(run.result.collectives) + spans
+    check_screenshot(page, "plot-timeline", drawn, ["#17becf", BOUND_COLOURS["communication"]], tmp_path)
     assert problems == []
 
 
@@ -167,7 +195,7 @@ def test_sweep_report_renders_every_row(browser: Any, tmp_path: Path, report_swe
     }
     for i, workload in enumerate(workloads):
         rows = done[done["workload"] == workload]
-        front = sum(plots.pareto_mask(rows["peak_flops"].tolist(), rows["throughput"].tolist()))
+        front = int(plots.pareto_mask(rows, "peak_flops", "throughput").sum())
         expected[f"plot-pareto-{i}"] = ({"scatter_traces": 2, "markers": len(rows) + front}, ["#d62728"])
     for i, workload in enumerate(workloads):
         rows = done[done["workload"] == workload]
@@ -175,8 +203,54 @@ def test_sweep_report_renders_every_row(browser: Any, tmp_path: Path, report_swe
         counts = {"scatter_traces": 2 * len(targets), "markers": len(rows)}
         expected[f"plot-scaling-{i}"] = (counts, list(PALETTE[: len(targets)]))
     assert page.eval_on_selector_all(".plotly-graph-div", "divs => divs.map(d => d.id)") == list(expected)
+    check_tables_fit(page, 1280)
     for div_id, (counts, colours) in expected.items():
         drawn = page.eval_on_selector(f"#{div_id}", COUNTS)
         assert {k: drawn[k] for k in counts} == counts, div_id
         check_screenshot(page, div_id, drawn, colours, tmp_path)
+    # on a narrow window the tables are wider than the page: each scrolls inside its own box
+    page.set_viewport_size({"width": 480, "height": 900})
+    check_tables_fit(page, 480, overflowing=True)
     assert problems == []
+
+
+def check_tables_fit(page: Any, width: int, overflowing: bool = False) -> None:
+    """The page never scrolls sideways at ``width`` px; with ``overflowing``, some table scrolls inside its box."""
+    page.wait_for_function(f"document.documentElement.scrollWidth <= {width}", timeout=10_000)  # plots redrawn
+    boxes = page.eval_on_selector_all("table", "ts => ts.map(t => [t.getBoundingClientRect().right, t.scrollWidth])")
+    assert all(right <= width for right, _ in boxes)
+    if overflowing:
+        widths = page.eval_on_selector_all("table", "ts => ts.map(t => t.clientWidth)")
+        assert any(scroll > box for (_, scroll), box in zip(boxes, widths, strict=True))
+
+
+TEMPLATE_FETCHES = (
+    "https://cdnjs.cloudflare.com/ajax/libs/require.js/",
+    "https://cdnjs.cloudflare.com/ajax/libs/mathjax/",
+    "https://unpkg.com/@jupyter-widgets/html-manager@",  # draws the sweep's progress widget when online
+)
+"""What nbconvert's own HTML template fetches: refused here, as offline; the figures must draw without them."""
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_exported_to_html_draws_its_figures(
+    browser: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: Path
+) -> None:
+    book = execute(path, tmp_path, monkeypatch)
+    plotly_json = "application/vnd.plotly.v1+json"
+    figures = [o["data"][plotly_json] for o in outputs(book) if plotly_json in o.get("data", {})]
+    assert figures
+    page, problems = open_report(browser, export_html(book, tmp_path / f"{path.stem}.html"))
+    refused = [p for p in problems if p.startswith("request: ") and p[9:].startswith(TEMPLATE_FETCHES)]
+    # a refused fetch shows as a console error too; nothing else may go wrong
+    assert [p for p in problems if p not in refused and "net::ERR_FAILED" not in p] == []
+    # plotly names a notebook's divs by UUID, which may start with a digit (no CSS id selector): rename them
+    divs = page.eval_on_selector_all(".plotly-graph-div", "divs => divs.map((d, i) => (d.id = `figure-${i}`))")
+    assert len(divs) == len(figures)
+    for div_id, figure in zip(divs, figures, strict=True):
+        drawn = page.eval_on_selector(f"#{div_id}", COUNTS)
+        kinds = [trace.get("type", "scatter") for trace in figure["data"]]
+        assert drawn["bar_traces"] == kinds.count("bar"), div_id
+        assert drawn["scatter_traces"] == kinds.count("scatter"), div_id
+        assert drawn["bars"] + drawn["markers"] > 0, div_id
+        check_screenshot(page, div_id, drawn, [], tmp_path)

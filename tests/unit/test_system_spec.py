@@ -26,6 +26,7 @@ SYSTEMS = [
     "tpu-v3-8",
     "tpu-v3-pod",
     "tpu-v4-pod",
+    "tpu-v4-64",
 ]
 CHIPS = {
     "dgx1": 8,
@@ -41,6 +42,7 @@ CHIPS = {
     "tpu-v3-8": 4,
     "tpu-v3-pod": 1024,
     "tpu-v4-pod": 4096,
+    "tpu-v4-64": 64,
 }
 
 
@@ -86,6 +88,11 @@ def test_a_valid_test_system_loads(tmp_path: Path) -> None:
     [
         (lambda d: d["levels"]["node"].update(colour="red"), "levels.node.colour", "unknown field"),
         (lambda d: d.update(speed="fast"), "speed", "unknown field"),
+        (
+            lambda d: d["levels"]["node"].update(wraparound_multiple=4),
+            "levels.node",
+            "wraparound_multiple is only for torus levels",
+        ),
         (lambda d: d["levels"]["node"].update(links="6 links"), "levels.node.links", "valid integer"),
         (lambda d: d["levels"]["node"].update(size=0), "levels.node.size", "greater than 0"),
         (lambda d: d["levels"]["node"].update(topology="hypercube"), "levels.node.topology", "input should be"),

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+import archsim
+
 pytest.importorskip("google.protobuf")
 
 from archsim.chakra_replay import replay_chakra
@@ -120,6 +122,9 @@ def test_official_et_replays_on_a_system(tmp_path: Path, library: Library, gzipp
     assert timing["nccl:all_reduce"].start_s < timing["aten::add"].start_s
     assert run.step_time_s >= max(timing["nccl:all_reduce"].end_s, timing["aten::mm"].end_s)
     assert run.step_time_s < run.compute_s + run.comm_s + 1e-3
+    # the all-reduce costs what archsim collective says one NCCL call of that size costs on the system
+    (call,) = archsim.collective("dgx-a100", "all-reduce", [64 * 2**20], library=library)
+    assert timing["nccl:all_reduce"].end_s - timing["nccl:all_reduce"].start_s == pytest.approx(call.time_s)
 
 
 def test_cli_replays_and_refuses_a_chip_for_communication(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from archsim import simulate
-from archsim.errors import UsageError
+from archsim.errors import CapacityError, UsageError
 from archsim.spec.common import Precision
 from archsim.spec.library import Library
 from archsim.workloads import TraceOptions, build_trace
@@ -79,11 +79,18 @@ def test_recompute_is_training_only() -> None:
 
 
 def test_recomputation_lets_an_ipu_keep_a_larger_microbatch_on_chip() -> None:
-    plain = simulate("gc200", "resnet50", mode="train", batch=20, library=LIBRARY, recompute=False)
+    # without recomputation (which Poplar does by default) the step does not fit In-Processor Memory:
+    # refused unless asked to stream
+    with pytest.raises(CapacityError, match="it fits with --recompute"):
+        simulate("gc200", "resnet50", mode="train", batch=20, library=LIBRARY, recompute=False)
+    plain = simulate(
+        "gc200", "resnet50", mode="train", batch=20, library=LIBRARY, recompute=False, streaming_memory="all"
+    )
     again = simulate("gc200", "resnet50", mode="train", batch=20, library=LIBRARY, recompute=True)
     onchip = LIBRARY.chip("gc200").memory.onchip
     assert onchip is not None
-    assert plain.memory_bytes > onchip.capacity >= again.memory_bytes
+    assert plain.memory_bytes + plain.streaming_memory_bytes > onchip.capacity >= again.memory_bytes
+    assert again.streaming_memory_bytes == 0
     # without recomputation the overflow streams from DDR; with it, the extra forward pass is cheaper
     assert again.step_time_s < plain.step_time_s
 
@@ -105,6 +112,7 @@ def test_pipeline_stages_recompute_in_their_backward_block() -> None:
         library=LIBRARY,
         pipeline_stages=4,
         recompute=True,
+        streaming_memory="optimizer-state",
     )
     copies = [layer for layer in result.layers if layer.phase == Phase.RECOMPUTE.value]
     assert copies

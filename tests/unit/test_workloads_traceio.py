@@ -88,6 +88,7 @@ batch: 1
 precision: bf16
 parameters: 16
 memory_bytes: 64
+op_count: 2
 ops:
   - name: mm
     kind: matmul
@@ -227,3 +228,54 @@ def test_awkward_names_survive(tmp_path: Path, name: str) -> None:
     path = tmp_path / "t.yaml"
     write_trace(trace, path)
     assert read_trace(path) == trace
+
+
+def test_a_trace_file_states_its_op_count(tmp_path: Path, library: Library) -> None:
+    trace = build_trace("resnet50", library, Mode.INFER, 1, Precision.FP16, None)
+    path = tmp_path / "r.yaml"
+    write_trace(trace, path)
+    text = path.read_text(encoding="utf-8")
+    assert f"\nop_count: {len(trace.ops)}\nops:\n" in text
+    assert read_trace(path) == trace
+
+
+@pytest.mark.parametrize("mode", [Mode.INFER, Mode.TRAIN])
+def test_a_trace_cut_at_a_line_is_refused(tmp_path: Path, library: Library, mode: Mode) -> None:
+    trace = build_trace("resnet50", library, mode, 1, Precision.FP16, None)
+    path = tmp_path / "cut.yaml"
+    write_trace(trace, path)
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    path.write_text("".join(lines[: len(lines) // 2]), encoding="utf-8")
+    with pytest.raises(SpecError, match=f"says {len(trace.ops)} ops but the file holds") as err:
+        read_trace(path)
+    assert err.value.field == "op_count"
+
+
+def _without_count(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    head, _, body = text.partition("\nop_count: ")
+    path.write_text(head + "\n" + body.split("\n", 1)[1], encoding="utf-8")
+
+
+def test_an_old_training_trace_ending_with_its_update_still_reads(tmp_path: Path, library: Library) -> None:
+    trace = build_trace("resnet50", library, Mode.TRAIN, 1, Precision.FP16, None)
+    path = tmp_path / "old.yaml"
+    write_trace(trace, path)
+    _without_count(path)
+    assert "op_count" not in path.read_text(encoding="utf-8")
+    assert read_trace(path) == trace  # the update op is last: nothing can have been cut after it
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    path.write_text("".join(lines[:-1]), encoding="utf-8")  # cut before the update
+    with pytest.raises(SpecError, match="cannot be proven complete") as err:
+        read_trace(path)
+    assert err.value.field == "op_count"
+
+
+def test_an_old_inference_trace_is_refused_in_one_line(tmp_path: Path, library: Library) -> None:
+    trace = build_trace("resnet50", library, Mode.INFER, 1, Precision.FP16, None)
+    path = tmp_path / "old.yaml"
+    write_trace(trace, path)
+    _without_count(path)
+    with pytest.raises(SpecError, match="add op_count") as err:
+        read_trace(path)
+    assert err.value.field == "op_count"

@@ -1,0 +1,153 @@
+"""One collective on a system, as nccl-tests measures it: :func:`collective` (``archsim collective``).
+
+Each size is one call of the system's collective library (or the one ``software`` names): the library
+picks its protocol and algorithm (:mod:`archsim.models.collective_cost`), the engine runs the call on
+the fabric as that protocol sees it (:func:`archsim.engine.collectives.simulate_collective`), and the
+library's launch latency comes first. The result gives, as nccl-tests does (doc/PERFORMANCE.md):
+
+* ``time_s``: the call, alone on the system;
+* ``algbw_bytes_per_s`` = ``bytes / time_s`` (``bytes`` is the per-chip buffer: the whole vector of
+  an all-reduce, a broadcast or an all-to-all, the gathered result of an all-gather, the input of a
+  reduce-scatter);
+* ``busbw_bytes_per_s`` = ``algbw * factor``: all-reduce ``2(n-1)/n``; all-gather, reduce-scatter,
+  all-to-all ``(n-1)/n``; broadcast 1 -- comparable to the links' bandwidth whatever the collective.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from archsim.engine.collectives import resolve_algorithm, simulate_collective
+from archsim.errors import LimitError, UsageError
+from archsim.models.collective_cost import COLLECTIVES, CallPlan, bus_factor, plan_call
+from archsim.models.interconnect import Fabric
+from archsim.spec.collective_library import CollectiveLibrarySpec
+from archsim.spec.library import Library
+from archsim.spec.system import Algorithm, SystemSpec
+
+MAX_COLLECTIVE_BYTES = 2**40
+"""Largest buffer of one call (1 TiB, more than any accelerator's memory)."""
+MAX_SIZES = 64
+"""Most sizes one ``archsim collective`` prints."""
+
+
+@dataclass(frozen=True)
+class CollectiveResult:
+    """One call of a collective: what ran, its time and nccl-tests' two bandwidths (bytes per second)."""
+
+    system: str
+    collective: str
+    bytes: int
+    chips: int
+    nodes: int
+    library: str | None
+    """Collective library (None: the bare links, a system that names none)."""
+    protocol: str | None
+    algorithm: str
+    time_s: float
+    algbw_bytes_per_s: float
+    busbw_bytes_per_s: float
+
+    def to_dict(self) -> dict[str, object]:
+        """The fields as a JSON-ready mapping."""
+        return asdict(self)
+
+
+def call_time_s(
+    fabric: Fabric,
+    library: CollectiveLibrarySpec | None,
+    collective: str,
+    nbytes: int,
+    algorithm: str | None = None,
+    source: str = "",
+) -> tuple[float, CallPlan | None, Algorithm]:
+    """Seconds of one call on ``fabric`` under ``library`` (None: bare links), its plan and algorithm."""
+    if library is None:
+        chosen = resolve_algorithm(algorithm, fabric, source)
+        return simulate_collective(fabric, collective, nbytes, chosen).time_s, None, chosen
+    asked = Algorithm(algorithm) if algorithm not in (None, "auto") else None
+    plan = plan_call(library, collective, nbytes, fabric, asked)
+    chosen = resolve_algorithm(plan.algorithm, plan.fabric, source)
+    outcome = simulate_collective(plan.fabric, collective, nbytes, chosen, chunk_bytes=plan.chunk_bytes)
+    return plan.fixed_s + outcome.time_s, plan, chosen
+
+
+def gradient_call(
+    library: Library, system: SystemSpec, fabric: Fabric, bucket_bytes: int, algorithm: Algorithm | None = None
+) -> CallPlan | None:
+    """How the system's collective library runs a gradient bucket's all-reduce (None: it names none).
+
+    Training runs charge every bucket this plan: the protocol the library picks for a full bucket,
+    its fabric and launch latency. ``algorithm`` (an explicit ``--collective``) overrides the
+    library's algorithm rules.
+    """
+    spec = library.system_collective_library(system)
+    if spec is None:
+        return None
+    return plan_call(spec, "all-reduce", bucket_bytes, fabric, algorithm)
+
+
+def _check(op: str, sizes: Sequence[int]) -> None:
+    if op not in COLLECTIVES:
+        raise UsageError("", "OP", f"{op!r} is not one of {', '.join(COLLECTIVES)}")
+    if not sizes:
+        raise UsageError("", "SIZE", "give at least one size")
+    if len(sizes) > MAX_SIZES:
+        raise LimitError("", "SIZE", f"{len(sizes)} sizes, at most {MAX_SIZES}")
+    for size in sizes:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise UsageError("", "SIZE", f"must be a positive number of bytes, got {size!r}")
+        if size > MAX_COLLECTIVE_BYTES:
+            raise LimitError("", "SIZE", f"{size} bytes is more than the {MAX_COLLECTIVE_BYTES} (1 TiB) allowed")
+
+
+def collective(
+    system: str,
+    op: str,
+    sizes: Sequence[int],
+    software: str | None = None,
+    nodes: int = 1,
+    algorithm: str | None = None,
+    library: Library | None = None,
+    search_path: Sequence[str] = (),
+) -> list[CollectiveResult]:
+    """Time one ``op`` call per size on ``system`` (``nodes`` copies), as nccl-tests reports it.
+
+    ``op``: all-reduce, all-gather, reduce-scatter, broadcast or all-to-all; ``sizes`` in bytes;
+    ``software``: a collective library (or a software stack naming one) instead of the system's;
+    ``algorithm``: ring, tree, hierarchical or torus instead of the library's choice.
+    """
+    _check(op, sizes)
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise UsageError("", "--nodes", f"must be a positive integer, got {nodes!r}")
+    library = library or Library(search_path)
+    entry = library.find(["system"], system)
+    source = entry.source
+    spec: SystemSpec = library.system(system)
+    lib = library.collective_library(software) if software else library.system_collective_library(spec)
+    from archsim.systems import fabric_for  # systems imports the simulation stack: only when used
+
+    fabric = fabric_for(spec, library, nodes, source)
+    if fabric.num_chips < 2:
+        raise UsageError(system, "SYSTEM", "has 1 chip; a collective needs at least 2")
+    results = []
+    for size in sizes:
+        time_s, plan, chosen = call_time_s(fabric, lib, op, size, algorithm, source)
+        algbw = size / time_s if time_s > 0 else 0.0
+        results.append(
+            CollectiveResult(
+                system=spec.name,
+                collective=op,
+                bytes=size,
+                chips=fabric.num_chips,
+                nodes=nodes,
+                library=lib.name if lib is not None else None,
+                protocol=plan.protocol if plan is not None else None,
+                algorithm=chosen.value,
+                time_s=time_s,
+                algbw_bytes_per_s=algbw,
+                busbw_bytes_per_s=algbw * bus_factor(op, fabric.num_chips),
+            )
+        )
+    return results

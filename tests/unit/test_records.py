@@ -1,0 +1,74 @@
+"""Result records: what a batch is per, and the unit throughput is counted in, taken from the run itself."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from archsim import simulate
+from archsim.api import resolve_target, run_trace
+from archsim.results.records import to_json
+from archsim.results.report import run_summary
+from archsim.results.table import summary_lines
+from archsim.spec.common import Precision
+from archsim.spec.library import Library
+from archsim.workloads import build_trace
+from archsim.workloads.trace import Mode
+
+
+def test_batch_says_what_it_is_per(library: Library) -> None:
+    chip = simulate("v100", "resnet50", batch=8, library=library)
+    assert chip.batch_scope() == "8 per chip"
+    data_parallel = simulate("dgx1", "resnet50", mode="train", batch=4, library=library)
+    assert data_parallel.batch_scope() == "4 per chip, global 32 over 8 replicas"
+    pipelined = simulate(
+        "ipu-m2000", "bert-base", mode="train", batch=8, pipeline_stages=4, microbatches=4, library=library
+    )
+    assert pipelined.batch_scope() == "8 per replica (4 pipeline chips) in 4 microbatches"
+    assert summary_lines(pipelined)[0].startswith("bert-base train on ipu-m2000 x4: batch 8 per replica (4 pipeline")
+    batch = next(cell for field, _, cell in run_summary(pipelined) if field == "batch")
+    assert (batch.text, batch.value) == ("8 per replica (4 pipeline chips) in 4 microbatches", 8)
+
+
+def test_throughput_unit_comes_from_the_workload(library: Library) -> None:
+    assert simulate("v100", "resnet50", batch=2, library=library).throughput_unit == "samples/s"
+    bert = simulate("v100", "bert-base", batch=2, library=library)
+    assert bert.throughput_unit == "sequences/s"
+    assert json.loads(to_json(bert))["throughput_unit"] == "sequences/s"
+    assert "sequences/s" in summary_lines(bert)[2]
+    system = simulate("dgx1", "bert-base", mode="train", batch=2, library=library)
+    assert system.throughput_unit == "sequences/s"
+
+
+def test_a_trace_that_names_its_sample_is_counted_in_it(library: Library) -> None:
+    # a decode step produces one token per sequence: a trace says so in meta, and throughput follows
+    trace = build_trace("bert-base", library, Mode.INFER, 4, Precision.FP16, 128)
+    decode = replace(trace, meta={**trace.meta, "sample": "token"})
+    result = run_trace(resolve_target("v100", library), decode, library)
+    assert result.throughput_unit == "tokens/s"
+    assert "tokens/s" in summary_lines(result)[2]
+    throughput = next(cell for field, _, cell in run_summary(result) if field == "throughput")
+    assert throughput.text.endswith("tokens/s")
+
+
+def test_every_shipped_chip_has_tdp_and_die_area_or_says_not_published(library: Library) -> None:
+    for entry in library.entries("chip"):
+        chip = library.chip(entry.name)
+        for figure in ("tdp", "die_area"):
+            assert getattr(chip, figure) is not None, f"{entry.name}: {figure} missing"
+            assert figure in chip.sources, f"{entry.name}: {figure} has no source"
+        for figure in chip.not_published():
+            assert chip.sources[figure].startswith("not published: "), f"{entry.name}: {figure}"
+
+
+def test_not_published_is_shown_as_such(library: Library) -> None:
+    ipu = simulate("gc200", "resnet50", batch=4, library=library)
+    assert ipu.chip_not_published == ("tdp",)
+    assert ipu.normalized.per_watt is None
+    assert "not published per W" in summary_lines(ipu)[2]
+    per_watt = next(cell for field, _, cell in run_summary(ipu) if field == "throughput_per_watt")
+    assert (per_watt.text, per_watt.value) == ("not published", None)
+    assert json.loads(to_json(ipu))["chip_not_published"] == ["tdp"]
+    gpu = simulate("v100", "resnet50", batch=4, library=library)
+    assert gpu.chip_not_published == ()
+    assert gpu.normalized.per_watt is not None
