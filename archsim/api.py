@@ -22,6 +22,8 @@ from archsim.results.records import RunResult, build_result
 from archsim.spec.chip import ChipSpec, Efficiency
 from archsim.spec.common import Fusion, Precision, StreamingMemory
 from archsim.spec.library import Library
+from archsim.spec.software import Rewrite, SoftwareSpec
+from archsim.stack import check_name, default_software, is_kernel, planned_software, stack_efficiency, stack_options
 from archsim.workloads import build_trace
 from archsim.workloads.memory import resident_bytes, update_only_bytes
 from archsim.workloads.options import TraceOptions
@@ -82,11 +84,12 @@ def simulate(
     collective: str | None = None,
     bucket_bytes: int | None = None,
     overlap: bool = True,
-    fusion: str | Fusion = Fusion.NONE,
-    recompute: bool = False,
+    fusion: str | Fusion | None = None,
+    recompute: bool | None = None,
     streaming_memory: str | StreamingMemory = StreamingMemory.NONE,
     prompt_len: int | None = None,
     gen_len: int | None = None,
+    software: str | None = None,
 ) -> RunResult:
     """Replay ``workload`` on ``target`` and return the run's records.
 
@@ -94,9 +97,10 @@ def simulate(
     ``gemm:MxNxK``. ``batch`` is per chip (None: the model's default for the mode, halved until the
     step fits the chip's memory -- the in-processor memory on IPUs); ``precision``
     None means the chip's default (fp16, or bf16 on TPUs). Bad arguments raise
-    :class:`~archsim.errors.ArchsimError` subclasses naming the argument. ``fusion`` (``none`` or
-    ``norm-act``) and ``recompute`` say how the framework runs the graph
-    (:class:`~archsim.workloads.options.TraceOptions`). ``streaming_memory`` (``none``,
+    :class:`~archsim.errors.ArchsimError` subclasses naming the argument. ``software`` names the
+    stack that runs the graph (``software/``; None: the chip's default, see :mod:`archsim.stack`);
+    ``fusion`` (``none`` or ``norm-act``) and ``recompute`` override what that stack does (None: as
+    it does; :class:`~archsim.workloads.options.TraceOptions`). ``streaming_memory`` (``none``,
     ``optimizer-state`` or ``all``) says what an IPU may keep in streaming memory instead of
     In-Processor Memory (:mod:`archsim.memory_fit`; other chips ignore it); a step that does not fit
     is refused with :class:`~archsim.errors.CapacityError` naming the largest batch that fits.
@@ -116,7 +120,8 @@ def simulate(
             raise LimitError("", flag, f"must be at most {MAX_ARGUMENT}")
     library = library or Library(search_path)
     trace_seq_len = prompt_or_sequence(mode, seq_len, prompt_len)
-    options = trace_options(fusion, recompute, gen_len)
+    explicit = check_name(software)
+    trace_options(fusion, recompute, gen_len)  # checked before anything is built
     streaming = _choice(StreamingMemory, streaming_memory, "--streaming-memory")
     multichip = nodes is not None or pipeline_stages != 1 or microbatches is not None
     if multichip or library.find(["chip", "system"], target).kind == "system":
@@ -137,11 +142,12 @@ def simulate(
             collective=collective,
             bucket_bytes=bucket_bytes,
             overlap=overlap,
-            fusion=options.fusion,
-            recompute=options.recompute,
+            fusion=fusion,
+            recompute=recompute,
             streaming_memory=streaming,
             prompt_len=prompt_len,
             gen_len=gen_len,
+            software=explicit,
         ).result
     resolved = resolve_target(target, library)
     chip = resolved.chip
@@ -150,10 +156,20 @@ def simulate(
     if run_precision not in chip.peak:
         supported = ", ".join(p.value for p in chip.precisions)
         raise UsageError(chip.name, "--precision", f"{run_precision.value} is not supported (supported: {supported})")
+    stack = planned_software(library, chip, explicit, workload)
+    options = stack_trace_options(stack, run_mode, run_precision, fusion, recompute, gen_len)
     rebuild = rebuilder(workload, library, run_mode, run_precision, trace_seq_len, options)
     trace = build_trace(workload, library, run_mode, batch, run_precision, trace_seq_len, options)
     trace = default_batch_trace(chip, streaming, trace, batch, rebuild)
-    return run_trace(resolved, trace, library, streaming=streaming, rebuild=rebuild if "model" in trace.meta else None)
+    named = stack if explicit is not None else None
+    return run_trace(
+        resolved,
+        trace,
+        library,
+        software=named,
+        streaming=streaming,
+        rebuild=rebuild if "model" in trace.meta else None,
+    )
 
 
 def rebuilder(
@@ -162,7 +178,9 @@ def rebuilder(
     """``rebuild(batch, recompute)``: ``workload``'s trace at another batch, with or without recomputation."""
 
     def rebuild(batch: int, recompute: bool) -> Trace:
-        return build_trace(workload, library, mode, batch, precision, seq_len, replace(options, recompute=recompute))
+        # asked explicitly, recomputation replaces what the software stack does
+        explicit = replace(options, recompute=recompute, rewrites=options.rewrites - {Rewrite.RECOMPUTE})
+        return build_trace(workload, library, mode, batch, precision, seq_len, explicit)
 
     return rebuild
 
@@ -183,12 +201,27 @@ def default_batch_trace(
     return trace
 
 
-def trace_options(fusion: str | Fusion, recompute: bool, gen_len: int | None = None) -> TraceOptions:
-    """The trace options of a run, checked (``--fusion``, ``--recompute``, ``--gen-len``)."""
-    if not isinstance(recompute, bool):
+def trace_options(fusion: str | Fusion | None, recompute: bool | None, gen_len: int | None = None) -> TraceOptions:
+    """The trace options asked explicitly, checked (``--fusion``, ``--recompute``, ``--gen-len``; None: not asked)."""
+    if recompute is not None and not isinstance(recompute, bool):
         raise UsageError("", "--recompute", f"must be true or false, got {recompute!r}")
     _count(gen_len, "--gen-len")
-    return TraceOptions(_choice(Fusion, fusion, "--fusion"), recompute, gen_len)
+    fused = Fusion.NONE if fusion is None else _choice(Fusion, fusion, "--fusion")
+    return TraceOptions(fused, bool(recompute), gen_len=gen_len)
+
+
+def stack_trace_options(
+    stack: SoftwareSpec,
+    mode: Mode,
+    precision: Precision,
+    fusion: str | Fusion | None,
+    recompute: bool | None,
+    gen_len: int | None = None,
+) -> TraceOptions:
+    """The trace options of a run on ``stack``: its rewrites, with ``fusion``/``recompute`` over them."""
+    trace_options(fusion, recompute, gen_len)
+    chosen = None if fusion is None else _choice(Fusion, fusion, "--fusion")
+    return stack_options(stack, mode, precision, chosen, recompute, gen_len)
 
 
 def _count(value: object, flag: str) -> None:
@@ -220,6 +253,7 @@ def run_trace(
     trace: Trace,
     library: Library,
     family_efficiency: Efficiency | None = None,
+    software: SoftwareSpec | None = None,
     *,
     streaming: StreamingMemory = StreamingMemory.NONE,
     rebuild: Callable[[int, bool], Trace] | None = None,
@@ -227,18 +261,17 @@ def run_trace(
     """Replay an already built trace on a resolved target.
 
     ``family_efficiency`` replaces the family file's efficiency parameters (the chip's own overrides
-    still apply); calibration uses it to try parameter values without writing YAML. A trace that
-    does not fit under ``streaming`` is refused (:func:`archsim.memory_fit.check_needs`, which uses
-    ``rebuild`` to name the largest batch that fits).
+    still apply); calibration uses it to try parameter values without writing YAML. ``software`` is
+    the stack that runs it (None: the chip's default for this trace, see :mod:`archsim.stack`). A
+    trace that does not fit under ``streaming`` is refused (:func:`archsim.memory_fit.check_needs`,
+    which uses ``rebuild`` to name the largest batch that fits).
     """
     check_trace_ops(len(trace.ops), trace.name)
     chip = target.chip
     memory_fit.check_needs(chip, streaming, trace, memory_fit.trace_needs, rebuild)
-    base = family_efficiency if family_efficiency is not None else library.family(chip.family).efficiency
-    efficiency = base.merged(chip.efficiency)
-    model = cost_model_for(
-        chip, efficiency, trace.precision, resident_bytes(trace), framework_overhead_s(efficiency, trace)
-    )
+    stack = software if software is not None else default_software(library, chip, is_kernel(trace))
+    efficiency = stack_efficiency(library, chip, stack, trace.precision, family_efficiency)
+    model = cost_model_for(chip, efficiency, trace.precision, resident_bytes(trace), framework_overhead_s(efficiency))
     assert efficiency.host_overhead is not None
     timings = replay(trace, model, efficiency.host_overhead)
     assert efficiency.step_overhead is not None
@@ -251,4 +284,6 @@ def run_trace(
         # an inference loop only runs the forward ops
         step_overhead_s=efficiency.step_overhead if trace.mode is Mode.TRAIN else 0.0,
         num_chips=target.num_chips,
+        software=stack.name,
+        input_samples_per_s=stack.input_pipeline,
     )

@@ -36,6 +36,7 @@ from archsim.spec.chip import ChipSpec
 from archsim.spec.collective_library import CollectiveLibrarySpec
 from archsim.spec.common import Precision
 from archsim.spec.library import Library
+from archsim.stack import default_software, stack_efficiency
 from archsim.systems import fabric_for
 from archsim.workloads.chakra import ChakraTrace, CommNode
 from archsim.workloads.memory import resident_bytes
@@ -118,7 +119,7 @@ def replay_chakra(
                 source, "TARGET", "a trace with communication nodes needs a multi-chip system as the target"
             )
     run_precision = precision or chip.default_precision
-    efficiency = library.family(chip.family).efficiency.merged(chip.efficiency)
+    efficiency = stack_efficiency(library, chip, default_software(library, chip), run_precision)
     model = cost_model_for(chip, efficiency, run_precision, resident_bytes(chakra.trace))
     op_times = [model.cost(op).time_s for op in chakra.trace.ops]
     comm_times = [_comm_time(c, fabric, collectives, collective, source) for c in chakra.comms]

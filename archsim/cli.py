@@ -56,17 +56,26 @@ def positive_int(text: str) -> int:
 
 
 def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
-    """Register ``--fusion`` and ``--recompute``: how the framework runs the graph (``TraceOptions``)."""
+    """Register ``--software``, ``--fusion`` and ``--recompute``: what runs the graph and how (``TraceOptions``)."""
+    parser.add_argument(
+        "--software",
+        default=None,
+        metavar="NAME",
+        help="software stack that runs the graph (software/, or found through --lib; default: the chip's)",
+    )
     parser.add_argument(
         "--fusion",
         choices=[f.value for f in Fusion],
-        default=Fusion.NONE.value,
-        help="ops the framework fuses: norm-act runs element-wise ops after a norm in its kernel (default none)",
+        default=None,
+        help="ops the framework fuses: norm-act runs element-wise ops after a norm in its kernel "
+        "(default: what the software does)",
     )
     parser.add_argument(
         "--recompute",
-        action="store_true",
-        help="training: keep checkpoints only and recompute the other activations in the backward pass",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="training: keep checkpoints only and recompute the other activations in the backward pass "
+        "(default: what the software does)",
     )
 
 

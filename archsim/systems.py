@@ -22,7 +22,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from archsim import memory_fit
-from archsim.api import _choice, default_batch_trace, prompt_or_sequence, rebuilder, simulate, trace_options
+from archsim.api import (
+    _choice,
+    default_batch_trace,
+    prompt_or_sequence,
+    rebuilder,
+    simulate,
+    stack_trace_options,
+    trace_options,
+)
 from archsim.collective_run import gradient_call
 from archsim.engine.collectives import DEFAULT_CHUNK_BYTES, resolve_algorithm
 from archsim.engine.network import Lane
@@ -48,7 +56,9 @@ from archsim.results.timeline import MIRRORED_CHIPS, Timeline, TimelineSpan
 from archsim.spec.chip import ChipSpec, Efficiency
 from archsim.spec.common import Fusion, Precision, StreamingMemory
 from archsim.spec.library import Library
+from archsim.spec.software import SoftwareSpec
 from archsim.spec.system import SystemSpec
+from archsim.stack import check_name, default_software, is_kernel, planned_software, stack_efficiency
 from archsim.workloads import build_trace, microbatch_trace
 from archsim.workloads.memory import resident_bytes
 from archsim.workloads.options import TraceOptions
@@ -74,9 +84,11 @@ class ParallelOptions:
     overlap: bool = True
     chunk_bytes: float = DEFAULT_CHUNK_BYTES
     trace: TraceOptions = field(default_factory=TraceOptions)
-    """How each chip's trace is built (fusion, recomputation)."""
+    """How each chip's trace is built (fusion, recomputation, the software's rewrites)."""
     streaming: StreamingMemory = StreamingMemory.NONE
     """What an IPU may keep in streaming memory (:mod:`archsim.memory_fit`)."""
+    software: SoftwareSpec | None = None
+    """The stack that runs each chip's graph (None: the chip's default)."""
 
 
 @dataclass
@@ -105,11 +117,12 @@ def simulate_system(
     overlap: bool = True,
     record: bool = False,
     search_path: Sequence[str] = (),
-    fusion: str | Fusion = Fusion.NONE,
-    recompute: bool = False,
+    fusion: str | Fusion | None = None,
+    recompute: bool | None = None,
     streaming_memory: str | StreamingMemory = StreamingMemory.NONE,
     prompt_len: int | None = None,
     gen_len: int | None = None,
+    software: str | None = None,
 ) -> SystemRun:
     """Simulate ``workload`` on a system (or a chip) and return the result and, if ``record``, its timeline.
 
@@ -124,15 +137,16 @@ def simulate_system(
     * ``schedule``: ``1f1b`` or ``gpipe``; ``collective``: ``auto``, ``ring``, ``tree``,
       ``hierarchical`` or ``torus``; ``bucket_bytes``: gradient bucket size (None: 25 MiB);
       ``overlap``: all-reduce buckets during the backward pass.
-    * ``fusion``, ``recompute``: how the framework runs the graph, and ``streaming_memory`` what an
-      IPU may keep in streaming memory, as in :func:`archsim.simulate`.
+    * ``software``, ``fusion``, ``recompute``: the stack that runs the graph and what it does, and
+      ``streaming_memory`` what an IPU may keep in streaming memory, as in :func:`archsim.simulate`.
     * ``prompt_len``, ``gen_len``: the ``prefill`` and ``decode`` modes' lengths, as in :func:`archsim.simulate`.
 
     A chip target with none of the multi-chip options runs as :func:`archsim.simulate` does.
     """
     library = library or Library(search_path)
     trace_seq_len = prompt_or_sequence(mode, seq_len, prompt_len)
-    trace_opts = trace_options(fusion, recompute, gen_len)
+    explicit = check_name(software)
+    trace_options(fusion, recompute, gen_len)
     streaming = _choice(StreamingMemory, streaming_memory, "--streaming-memory")
     for flag, value in (("--nodes", nodes), ("--pipeline-stages", pipeline_stages), ("--microbatches", microbatches)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -161,6 +175,7 @@ def simulate_system(
             streaming_memory=streaming,
             prompt_len=prompt_len,
             gen_len=gen_len,
+            software=explicit,
         )
         spans = [(layer.name, layer.start_s, layer.end_s, layer.phase) for layer in result.layers]
         timeline = (
@@ -179,6 +194,7 @@ def simulate_system(
     if run_precision not in chip.peak:
         supported = ", ".join(p.value for p in chip.precisions)
         raise UsageError(chip.name, "--precision", f"{run_precision.value} is not supported (supported: {supported})")
+    stack = planned_software(library, chip, explicit, workload)
     options = ParallelOptions(
         nodes=nodes or 1,
         pipeline_stages=pipeline_stages,
@@ -187,8 +203,9 @@ def simulate_system(
         collective=collective,
         bucket_bytes=bucket_bytes or DEFAULT_BUCKET_BYTES,
         overlap=overlap,
-        trace=trace_opts,
+        trace=stack_trace_options(stack, run_mode, run_precision, fusion, recompute, gen_len),
         streaming=streaming,
+        software=stack if explicit is not None else None,
     )
     return run_system(system, source, workload, run_mode, batch, run_precision, trace_seq_len, library, options, record)
 
@@ -269,8 +286,8 @@ def replay_system(
         fabric = call.fabric
     placement = place(fabric, options.pipeline_stages, source)
     chip = library.chip(system.chip)
-    base = family_efficiency if family_efficiency is not None else library.family(chip.family).efficiency
-    efficiency = base.merged(chip.efficiency)
+    stack = options.software if options.software is not None else default_software(library, chip, is_kernel(trace))
+    efficiency = stack_efficiency(library, chip, stack, trace.precision, family_efficiency)
     algorithm = resolve_algorithm(asked or (call.algorithm if call is not None else None), fabric, source)
     comm = CommOptions(
         algorithm,
@@ -279,7 +296,9 @@ def replay_system(
         call.chunk_bytes if call is not None else options.chunk_bytes,
         call.fixed_s if call is not None else 0.0,
     )
-    context = _Context(system, source, fabric, placement, chip, efficiency, comm, options, record, trace.mode, rebuild)
+    context = _Context(
+        system, source, fabric, placement, chip, efficiency, comm, options, record, trace.mode, rebuild, stack
+    )
     if microbatches is None:
         return context.data_parallel(trace)
     return context.pipelined(trace, microbatches)
@@ -316,6 +335,7 @@ class _Context:
     record: bool
     mode: Mode
     rebuild: Callable[[int, bool], Trace] | None
+    software: SoftwareSpec
 
     @property
     def issue_s(self) -> float:
@@ -335,7 +355,7 @@ class _Context:
         only the update touches is left out of the footprint the ops work with (see
         :func:`~archsim.workloads.memory.resident_bytes`).
         """
-        framework_s = framework_overhead_s(self.efficiency, trace)
+        framework_s = framework_overhead_s(self.efficiency)
         footprint = resident_bytes(trace, needed, share)
         return cost_model_for(self.chip, self.efficiency, trace.precision, footprint, framework_s)
 
@@ -488,6 +508,8 @@ class _Context:
             scaling_note=single_step if isinstance(single_step, str) else None,
             comm_s=comm.busy_s(),
             exposed_comm_s=exposed_s,
+            software=self.software.name,
+            input_samples_per_s=self.software.input_pipeline,
             bubble_s=bubble[0],
             bubble_fraction=bubble[1],
             links=link_records(comm.lanes, step_s),

@@ -1,6 +1,10 @@
 """Fit the efficiency parameters of each family to validation/published.yaml and write them back.
 
 Usage: python scripts/calibrate.py [--family tensorcore ...] [--parameter NAME ...] [--folds 5] [--dry-run]
+       python scripts/calibrate.py --software NAME --parameter NAME [...] [--folds 5] [--dry-run]
+
+With --software, fits that software stack's parameters (per_op, framework, host, per_step, or
+compute.PRECISION) to the rows that run with the stack, and writes them into software/NAME.yaml.
 
 For each family that has rows in the table, prints the parameters before and after, the MAPE per
 group before and after, and the k-fold cross-validated MAPE (each row predicted by parameters
@@ -17,6 +21,7 @@ from archsim.spec.chip import Family
 from archsim.spec.library import Library
 from archsim.spec.validation import Group
 from archsim.validation.calibrate import Fit, fit_family, format_value, write_family
+from archsim.validation.calibrate_software import SoftwareFit, fit_software, write_software
 
 
 def percent(value: float | None) -> str:
@@ -40,6 +45,20 @@ def show(fit: Fit) -> None:
         print(f"{label:<18} {percent(before):>8} {percent(after):>8} {percent(fit.cross_validated[label]):>10}")
 
 
+def show_software(fit: SoftwareFit) -> None:
+    print(f"\n== software {fit.software}: {fit.rows} rows, {fit.evaluations} evaluations")
+    print(f"{'parameter':<18} {'before':>12} {'after':>12}")
+    for name in fit.names:
+        field = "op_overhead" if not name.startswith("compute.") else "compute"
+        print(f"{name:<18} {format_value(field, fit.before[name]):>12} {format_value(field, fit.after[name]):>12}")
+    print(f"\n{'MAPE':<18} {'before':>8} {'after':>8} {'cross-val':>10}")
+    for group in [*Group, None]:
+        label = group.value if group else "overall"
+        before, after = fit.report_before.mape(group), fit.report_after.mape(group)
+        if before is not None:
+            print(f"{label:<18} {percent(before):>8} {percent(after):>8} {percent(fit.cross_validated[label]):>10}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", action="append", choices=[f.value for f in Family])
@@ -53,8 +72,29 @@ def main() -> int:
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--max-evaluations", type=int, default=400)
     parser.add_argument("--dry-run", action="store_true", help="print the fit, do not write YAML")
+    parser.add_argument("--software", help="fit this software stack's --parameter values instead of a family's")
     args = parser.parse_args()
     library = Library(use_env=False)
+    if args.software:
+        try:
+            sfit = fit_software(
+                library,
+                args.software,
+                args.parameter or [],
+                args.table,
+                args.folds,
+                args.max_evaluations,
+                progress=lambda m: print(m, file=sys.stderr, flush=True),
+            )
+        except ValueError as error:
+            print(f"calibrate: {args.software}: {error}", file=sys.stderr)
+            return 2
+        show_software(sfit)
+        if not args.dry_run:
+            path = library.find(["software"], args.software).path
+            write_software(path, sfit, args.table)
+            print(f"wrote {path}")
+        return 0
     table = library.validation(args.table)
     present = {Family(library.chip(_chip_of(library, r.target)).family) for r in table.rows}
     families = [Family(f) for f in args.family] if args.family else sorted(present, key=lambda f: f.value)

@@ -7,14 +7,15 @@ A run is written ``TARGET:WORKLOAD[:OPTIONS]``:
   takes (it may itself contain ``:``);
 * ``OPTIONS`` -- after the last ``:``, comma-separated ``key=value`` pairs: ``mode`` (``infer`` or
   ``train``, default ``infer``), ``batch``, ``precision`` and ``seq_len`` (each default: what
-  ``archsim run`` picks), ``fusion`` (``none`` or ``norm-act``, default ``none``),
-  ``recompute`` (``true`` or ``false``, default ``false``) and ``streaming_memory`` (``none``,
-  ``optimizer-state`` or ``all``, default ``none``).
+  ``archsim run`` picks), ``software`` (a ``software/`` name, default the chip's), ``fusion``
+  (``none`` or ``norm-act``) and ``recompute`` (``true`` or ``false``), the last two by default what
+  the software does, and ``streaming_memory`` (``none``, ``optimizer-state`` or ``all``, default
+  ``none``).
 
 ``v100:resnet50``, ``a100:bert-base:mode=train,batch=8,seq_len=128`` and
 ``tpu-v3:gemm:2048x2048x2048`` are runs. :attr:`RunSpec.id` is the canonical text (``mode`` always
-given, then the options that are set, in the order above; ``fusion=none``, ``recompute=false`` and
-``streaming_memory=none`` are the defaults and left out), which the baseline file stores.
+given, then the options that are set, in the order above; ``streaming_memory=none`` is the default
+and left out), which the baseline file stores.
 
 The default set (:func:`default_runs`) is every chip on the search path with every model, in
 inference and training, then every system in training (where its links carry the gradient
@@ -42,7 +43,7 @@ DEFAULT_BATCH = 2
 DEFAULT_MODES = {"chip": (Mode.INFER, Mode.TRAIN), "system": (Mode.TRAIN,)}
 """Kinds of description that are targets of the default set, with the modes each runs in (a kind the
 library lacks adds nothing)."""
-OPTION_KEYS = ("mode", "batch", "precision", "seq_len", "fusion", "recompute", "streaming_memory")
+OPTION_KEYS = ("mode", "batch", "precision", "seq_len", "software", "fusion", "recompute", "streaming_memory")
 """Options of a run, in the order its canonical text gives them."""
 
 Value = str | int | float | None
@@ -91,10 +92,12 @@ class RunSpec:
     batch: int | None = None
     precision: str | None = None
     seq_len: int | None = None
+    software: str | None = None
+    """The software stack, or None for the chip's default."""
     fusion: str | None = None
-    """``norm-act``, or None for no fusion."""
+    """``none`` or ``norm-act``, or None for what the software does."""
     recompute: bool | None = None
-    """True to recompute activations, or None for not."""
+    """True or False, or None for what the software does."""
     streaming_memory: str | None = None
     """What an IPU may keep in streaming memory (``optimizer-state``, ``all``), or None for nothing."""
 
@@ -145,11 +148,11 @@ def parse_run(text: str) -> RunSpec:
         raise UsageError(text, "precision", f"{precision[:40]!r} is not one of {known}")
     batch = _count(values["batch"], "batch", text) if "batch" in values else None
     seq_len = _count(values["seq_len"], "seq_len", text) if "seq_len" in values else None
-    fusion = values.get("fusion", Fusion.NONE.value)
-    if fusion not in {f.value for f in Fusion}:
+    fusion = values.get("fusion")
+    if fusion is not None and fusion not in {f.value for f in Fusion}:
         raise UsageError(text, "fusion", f"{fusion[:40]!r} is not one of {', '.join(f.value for f in Fusion)}")
-    recompute = values.get("recompute", "false")
-    if recompute not in ("true", "false"):
+    recompute = values.get("recompute")
+    if recompute not in (None, "true", "false"):
         raise UsageError(text, "recompute", f"expected true or false, got {recompute[:40]!r}")
     streaming = values.get("streaming_memory", StreamingMemory.NONE.value)
     if streaming not in {s.value for s in StreamingMemory}:
@@ -162,8 +165,9 @@ def parse_run(text: str) -> RunSpec:
         batch,
         precision,
         seq_len,
-        None if fusion == Fusion.NONE.value else fusion,
-        True if recompute == "true" else None,
+        values.get("software") or None,
+        fusion,
+        None if recompute is None else recompute == "true",
         None if streaming == StreamingMemory.NONE.value else streaming,
     )
 
@@ -223,8 +227,9 @@ def record_run(spec: RunSpec, library: Library, keep_errors: bool) -> RunRecord:
             precision=spec.precision,
             seq_len=spec.seq_len,
             library=library,
-            fusion=spec.fusion or Fusion.NONE,
-            recompute=bool(spec.recompute),
+            fusion=spec.fusion,
+            recompute=spec.recompute,
+            software=spec.software,
             streaming_memory=spec.streaming_memory or StreamingMemory.NONE,
         )
     except ArchsimError as err:

@@ -60,6 +60,7 @@ def simulate_run(args: argparse.Namespace) -> tuple[RunResult, Library, Timeline
         microbatches=args.microbatches,
         fusion=args.fusion,
         recompute=args.recompute,
+        software=args.software,
         streaming_memory=args.streaming_memory,
         prompt_len=args.prompt_len,
         gen_len=args.gen_len,

@@ -76,6 +76,7 @@ def simulate_args(args: argparse.Namespace) -> RunResult:
         search_path=args.lib,
         fusion=args.fusion,
         recompute=args.recompute,
+        software=args.software,
         streaming_memory=args.streaming_memory,
         prompt_len=args.prompt_len,
         gen_len=args.gen_len,

@@ -69,8 +69,9 @@ def run(args: argparse.Namespace) -> int:
                 "--mode, --batch, --precision, --seq-len, --prompt-len, --gen-len and --recompute do not apply "
                 "to SCALE-Sim files",
             )
-        if args.fusion != "none":
-            raise UsageError(args.target, "--fusion", "does not apply to SCALE-Sim files")
+        if args.fusion is not None or args.software is not None:
+            flag = "--fusion" if args.fusion is not None else "--software"
+            raise UsageError(args.target, flag, "does not apply to SCALE-Sim files")
         args.config, args.topology, args.model = args.target, args.workload, StallModel.SCALESIM.value
         return scalesim.run(args)
     if is_chakra(args.workload):
@@ -99,8 +100,9 @@ def _run_chakra(args: argparse.Namespace, chakra: ChakraTrace) -> int:
         or args.gen_len
         or args.nodes
         or args.pipeline_stages != 1
-        or args.fusion != "none"
-        or args.recompute
+        or args.fusion is not None
+        or args.software is not None
+        or args.recompute is not None
     ):
         raise UsageError(
             args.workload, "", "a Chakra ET is replayed as recorded: only --precision and --collective apply"

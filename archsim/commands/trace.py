@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from archsim.api import trace_options
+from archsim.api import stack_trace_options, trace_options
 from archsim.cli import add_trace_arguments, positive_int
 from archsim.errors import UsageError
 from archsim.spec.common import Precision
@@ -25,6 +25,7 @@ from archsim.spec.model import Optimizer
 from archsim.workloads import build_trace, write_trace
 from archsim.workloads.chakra import is_chakra, read_chakra, write_chakra
 from archsim.workloads.onnx_import import DEFAULT_OPTIMIZER, import_onnx, is_onnx
+from archsim.workloads.options import TraceOptions
 from archsim.workloads.trace import Mode, Trace
 
 PRECISIONS = [p.value for p in Precision]
@@ -67,10 +68,17 @@ def _write(path: str, write: Any, trace: Trace) -> None:
         raise UsageError(path, "--out", f"cannot write: {err.strerror or err}") from None
 
 
+def _options(args: argparse.Namespace, mode: Mode, precision: Precision) -> TraceOptions:
+    """The trace options asked for: ``--software``'s rewrites, with ``--fusion``/``--recompute`` over them."""
+    if args.software is None:
+        return trace_options(args.fusion, args.recompute)
+    return stack_trace_options(Library(args.lib).software(args.software), mode, precision, args.fusion, args.recompute)
+
+
 def import_trace(args: argparse.Namespace) -> int:
     """Convert and write; prints one line."""
     precision = Precision(args.precision)
-    options = trace_options(args.fusion, args.recompute)
+    options = _options(args, Mode(args.mode), precision)
     if is_onnx(args.source):
         trace = import_onnx(
             args.source, Mode(args.mode), args.batch, precision, args.seq_len, args.optimizer, options=options
@@ -107,7 +115,7 @@ def export_trace(args: argparse.Namespace) -> int:
         args.batch,
         Precision(args.precision),
         args.seq_len,
-        trace_options(args.fusion, args.recompute),
+        _options(args, Mode(args.mode), Precision(args.precision)),
     )
     _write(args.out, write_chakra, trace)
     print(f"wrote {trace.name} ({trace.mode.value}, batch {trace.batch}, {len(trace.ops)} nodes) to {args.out}")

@@ -20,15 +20,21 @@ from typing import Protocol
 from archsim.errors import UsageError
 from archsim.spec.chip import ChipSpec, Efficiency
 from archsim.spec.common import Precision
-from archsim.workloads.trace import LAUNCH_KERNEL, Op, Trace
+from archsim.workloads.trace import Op
 
 
 class Bound(enum.StrEnum):
-    """What limited an op: its arithmetic, its memory traffic, or communication between chips."""
+    """The term that set an op's time (:func:`bound_of`).
+
+    ``compute``: its arithmetic; ``memory``: its main-memory traffic; ``communication``: data moved
+    between chips, or between an IPU's tiles over the exchange; ``overhead``: fixed costs of issuing
+    it (kernel launch, framework dispatch, superstep sync, program control).
+    """
 
     COMPUTE = "compute"
     MEMORY = "memory"
     COMMUNICATION = "communication"
+    OVERHEAD = "overhead"
 
 
 class Unit(enum.StrEnum):
@@ -49,19 +55,33 @@ class OpCost:
     memory_s: float
     """Time its main-memory (or exchange) traffic needs at the modelled efficiency."""
     overhead_s: float
-    """Fixed issue cost (kernel launch, superstep sync) included in ``time_s``."""
+    """Fixed issue cost (kernel launch, framework dispatch, superstep sync) included in ``time_s``."""
     dram_bytes: int
     """Bytes moved between the chip and its main memory."""
     roofline_s: float
     """Lower bound from published peaks: max(FLOPs / peak, compulsory bytes / bandwidth)."""
     bound: Bound
+    """The largest of the op's terms (:func:`bound_of`)."""
     unit: Unit
+    communication_s: float = 0.0
+    """Time its on-chip exchange between tiles needs (IPU), included in ``time_s``."""
 
 
-def framework_overhead_s(efficiency: Efficiency, trace: Trace) -> float:
-    """Per-op framework idle time ``trace`` pays (see :attr:`Efficiency.framework_overhead`)."""
-    if trace.meta.get("launch") == LAUNCH_KERNEL:
-        return 0.0
+def bound_of(compute_s: float, memory_s: float, overhead_s: float, communication_s: float = 0.0) -> Bound:
+    """The term that set an op's time: the largest of its terms.
+
+    Ties go to the earlier of compute, memory, communication, overhead. An op that moves no
+    main-memory bytes has ``memory_s`` 0 and so is never ``memory``.
+    """
+    largest, bound = compute_s, Bound.COMPUTE
+    for value, term in ((memory_s, Bound.MEMORY), (communication_s, Bound.COMMUNICATION), (overhead_s, Bound.OVERHEAD)):
+        if value > largest:
+            largest, bound = value, term
+    return bound
+
+
+def framework_overhead_s(efficiency: Efficiency) -> float:
+    """Per-op framework idle time of a run (the software's, see :attr:`Efficiency.framework_overhead`)."""
     return efficiency.framework_overhead or 0.0
 
 
@@ -86,7 +106,13 @@ class FrameworkDispatch:
     def cost(self, op: Op) -> OpCost:
         """The family model's cost of ``op`` plus the framework's idle time."""
         cost = self.base.cost(op)
-        return replace(cost, time_s=cost.time_s + self.framework_s, overhead_s=cost.overhead_s + self.framework_s)
+        overhead_s = cost.overhead_s + self.framework_s
+        bound = (
+            bound_of(cost.compute_s, cost.memory_s, overhead_s, cost.communication_s)
+            if cost.bound is not Bound.COMMUNICATION or cost.communication_s
+            else cost.bound
+        )
+        return replace(cost, time_s=cost.time_s + self.framework_s, overhead_s=overhead_s, bound=bound)
 
 
 class CostModel(Protocol):
@@ -181,7 +207,7 @@ def finish(
         overhead_s=overhead_s,
         dram_bytes=dram_bytes,
         roofline_s=roofline_s,
-        bound=Bound.COMPUTE if compute_s >= memory_s else Bound.MEMORY,
+        bound=bound_of(compute_s, memory_s, overhead_s),
         unit=unit,
     )
 

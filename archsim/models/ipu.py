@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from archsim.models.base import Bound, OpCost, Unit, ceil_div, chip_rates
+from archsim.models.base import OpCost, Unit, bound_of, ceil_div, chip_rates
 from archsim.models.systolic_map import forward_window
 from archsim.spec.chip import ChipSpec, Efficiency, IpuSection
 from archsim.spec.common import Precision
@@ -126,12 +126,13 @@ class IpuModel:
         return OpCost(
             time_s=busy_s + overhead_s,
             compute_s=compute_s,
-            memory_s=exchange_s + stream_s,
+            memory_s=stream_s,
             overhead_s=overhead_s,
             dram_bytes=streamed,
             roofline_s=roofline_s,
-            bound=Bound.COMPUTE if compute_s >= exchange_s + stream_s else Bound.MEMORY,
+            bound=bound_of(compute_s, stream_s, overhead_s, exchange_s),
             unit=unit,
+            communication_s=exchange_s,
         )
 
     def _update_streamed(self, op: Op) -> int:

@@ -166,7 +166,7 @@ def check_cost(cost: object, chip: str, op: Op, plugin: str | None) -> None:
     if not isinstance(cost, OpCost):
         raise PluginError(source, field, f"returned {type(cost).__name__}, expected an OpCost or None")
     error = PluginError if plugin is not None else LimitError
-    for name in ("time_s", "compute_s", "memory_s", "overhead_s", "roofline_s"):
+    for name in ("time_s", "compute_s", "memory_s", "overhead_s", "roofline_s", "communication_s"):
         value = getattr(cost, name)
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise error(source, field, f"{name} is {type(value).__name__}, expected seconds as a float")

@@ -159,6 +159,10 @@ class RunResult:
     """Which memory that is (a ``memory/`` name, e.g. ``hbm2``, ``ipu-in-processor-memory``)."""
     streaming_memory_bytes: int = field(default=0, kw_only=True)
     """Bytes of the step an IPU keeps in streaming memory (``--streaming-memory``; 0 elsewhere)."""
+    software: str | None = field(default=None, kw_only=True)
+    """The software stack that ran the graph (a ``software/`` name)."""
+    input_wait_s: float = field(default=0.0, kw_only=True)
+    """Time the step waits for its input pipeline (the software's ``input_pipeline``), in ``step_time_s``."""
     system: str | None = field(default=None, kw_only=True)
     """The multi-chip system (None for a single chip)."""
     nodes: int = field(default=1, kw_only=True)
@@ -247,6 +251,13 @@ def to_json(result: RunResult) -> str:
     return json.dumps(result.to_dict(), indent=1, allow_nan=False)
 
 
+def input_wait(samples: int, busy_s: float, input_samples_per_s: float | None) -> float:
+    """Seconds a step of ``samples`` that keeps the chip busy ``busy_s`` waits for its input (0: none)."""
+    if input_samples_per_s is None:
+        return 0.0
+    return max(0.0, samples / input_samples_per_s - busy_s)
+
+
 def _ratio(throughput: float, linear: float) -> float:
     """Throughput over linear scaling; a rounding residue above 1 (same ops summed in another order) is cut."""
     ratio = throughput / linear
@@ -297,11 +308,18 @@ def build_result(
     timings: list[OpTiming],
     step_overhead_s: float,
     num_chips: int,
+    software: str | None = None,
+    input_samples_per_s: float | None = None,
 ) -> RunResult:
-    """Assemble the result of a replay."""
+    """Assemble the result of a replay.
+
+    ``input_samples_per_s`` caps the chip's rate at what its input pipeline delivers: a step lasts
+    at least ``batch / input_samples_per_s`` (the wait is ``input_wait_s``).
+    """
     layers = tuple(LayerRecord.of(op, t, chip.clock) for op, t in zip(trace.ops, timings, strict=True))
     ops_time_s = max((t.end_s for t in timings), default=0.0)
-    step_time_s = ops_time_s + step_overhead_s
+    input_wait_s = input_wait(trace.batch, ops_time_s + step_overhead_s, input_samples_per_s)
+    step_time_s = ops_time_s + step_overhead_s + input_wait_s
     by_bound = {b.value: 0.0 for b in Bound}
     for t in timings:
         by_bound[t.cost.bound.value] += t.end_s - t.start_s
@@ -311,6 +329,8 @@ def build_result(
     peak = chip.peak_flops(trace.precision) * num_chips
     per_chip = throughput / num_chips
     return RunResult(
+        software=software,
+        input_wait_s=input_wait_s,
         target=target,
         workload=trace.name,
         mode=trace.mode.value,
@@ -362,6 +382,8 @@ def build_system_result(
     bubble_fraction: float,
     links: Sequence[LinkRecord],
     collectives: Sequence[CollectiveRecord],
+    software: str | None = None,
+    input_samples_per_s: float | None = None,
 ) -> RunResult:
     """Assemble the result of a step on a system.
 
@@ -371,7 +393,8 @@ def build_system_result(
     saying why one chip cannot.
     """
     layers = tuple(LayerRecord.of(op, t, chip.clock, stage) for op, t, stage in entries)
-    step_time_s = ops_time_s + step_overhead_s
+    input_wait_s = input_wait(batch, ops_time_s + step_overhead_s, input_samples_per_s)
+    step_time_s = ops_time_s + step_overhead_s + input_wait_s
     by_bound = {b.value: 0.0 for b in Bound}
     for _, t, _ in entries:
         by_bound[t.cost.bound.value] += t.end_s - t.start_s
@@ -384,6 +407,8 @@ def build_system_result(
     per_chip = throughput / num_chips
     single = None if single_chip_step_s is None else batch * tokens_per_sample(trace) / single_chip_step_s
     return RunResult(
+        software=software,
+        input_wait_s=input_wait_s,
         target=target,
         workload=trace.name,
         mode=trace.mode.value,

@@ -2,7 +2,7 @@
 
 Each function takes a :class:`~archsim.results.records.RunResult` and returns a
 ``plotly.graph_objects.Figure`` (shown inline in a notebook; saved with
-:func:`archsim.results.figures.write_html`). One trace per bound (``compute``, ``memory``,
+:func:`archsim.results.figures.write_html`). One trace per bound (``compute``, ``memory``, ``overhead``,
 ``communication``) in a fixed order and colour, so the data of each trace can be read back: the
 layers of that bound, their times in seconds, FLOP/s and FLOPs per byte.
 """
@@ -18,7 +18,7 @@ from archsim.models.base import Bound
 from archsim.results.records import LayerRecord, RunResult
 from archsim.results.timeline import TimelineSpan
 
-BOUND_COLOURS = {"compute": "#1f77b4", "memory": "#ff7f0e", "communication": "#2ca02c"}
+BOUND_COLOURS = {"compute": "#1f77b4", "memory": "#ff7f0e", "communication": "#2ca02c", "overhead": "#7f7f7f"}
 
 
 def layer_label(index: int, layer: LayerRecord) -> str:

@@ -18,7 +18,7 @@ def summary_lines(result: RunResult) -> list[str]:
     bounds = ", ".join(f"{k} {format_time(v)}" for k, v in result.time_by_bound.items() if v > 0)
     return [
         f"{result.workload} {result.mode} on {result.target} x{result.num_chips}: batch {result.batch_scope()}, "
-        f"{result.precision}{seq}",
+        f"{result.precision}{seq}" + (f", software {result.software}" if result.software else ""),
         f"step time     {format_time(result.step_time_s)} (ops {format_time(result.ops_time_s)}, "
         f"step overhead {format_time(result.step_overhead_s)})",
         f"throughput    {result.throughput:.1f} {unit} ({n.per_chip:.1f} per chip, {per_watt} per W, "

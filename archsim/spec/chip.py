@@ -74,7 +74,11 @@ class Dataflow(enum.StrEnum):
 
 
 class Efficiency(Spec):
-    """Efficiency parameters of a family (all set in its family file; a chip may override any).
+    """Efficiency parameters of a run: family file, then software stack, then the chip's overrides.
+
+    The software stack sets the dispatch costs (``op_overhead``, ``framework_overhead``,
+    ``host_overhead``, ``step_overhead``; :mod:`archsim.spec.software`) and may set ``compute`` at a
+    precision (its kernel choice).
 
     They are the only numbers fitted to measurements (``scripts/calibrate.py``, to
     ``calibration.csv`` only); nothing here may depend on the benchmark being run.
@@ -91,9 +95,9 @@ class Efficiency(Spec):
     (GPU), program step (IPU), task dispatch (Ascend)."""
     framework_overhead: Duration | None = None
     """Device idle time per op added by the framework that runs a model's ops one by one (eager
-    dispatch, allocator and bookkeeping between kernels), on top of ``op_overhead``. Charged on every
-    trace except a bare library kernel (``gemm:``, ``conv:``, or a trace with ``meta: {launch:
-    kernel}``), which a benchmark calls back to back without a framework."""
+    dispatch, allocator and bookkeeping between kernels), on top of ``op_overhead``. Zero for a bare
+    kernel library (``cublas``, the default of ``gemm:``, ``conv:`` and ``meta: {launch: kernel}``
+    traces) and for a stack that compiles the whole graph."""
     host_overhead: Duration | None = None
     """Host-side cost of issuing one op (framework dispatch and launch call). The host issues ops
     ahead of the device; this cost shows only when ops are shorter than it (small batches)."""

@@ -2,7 +2,10 @@
 
 A family file holds the efficiency parameters its cost model needs, with their meaning documented
 in :class:`archsim.spec.chip.Efficiency`. They are fitted by ``scripts/calibrate.py`` to
-``calibration.csv`` and shared by every chip of the family; a chip may override any of them.
+``calibration.csv`` and shared by every chip of the family; a chip may override any of them. The
+per-op and per-step costs belong to the software that runs the graph (:mod:`archsim.spec.software`):
+the family names its chips' default stack (``software``) and the bare kernel library that runs an
+inline ``gemm:`` or ``conv:`` (``kernel_software``).
 """
 
 from __future__ import annotations
@@ -12,17 +15,11 @@ from typing import Literal
 from pydantic import model_validator
 
 from archsim.spec.chip import Efficiency, Family
-from archsim.spec.common import Spec
+from archsim.spec.common import Name, Spec
 
-_COMMON = (
-    "compute",
-    "memory_bandwidth",
-    "vector",
-    "op_overhead",
-    "framework_overhead",
-    "host_overhead",
-    "step_overhead",
-)
+_COMMON = ("compute", "memory_bandwidth", "vector")
+DISPATCH = ("op_overhead", "framework_overhead", "host_overhead", "step_overhead")
+"""Efficiency fields that a software stack sets (:data:`archsim.spec.software.DISPATCH_FIELDS`), never a family."""
 REQUIRED = {
     Family.TENSORCORE: (*_COMMON, "wave_overhead", "data_gradient"),
     Family.IPU: (*_COMMON, "exchange"),
@@ -39,6 +36,10 @@ class FamilySpec(Spec):
     name: Family
     description: str
     efficiency: Efficiency
+    software: Name
+    """The software stack a chip of the family runs by default (a ``kind: software`` name)."""
+    kernel_software: Name
+    """The stack that runs a bare library kernel (``gemm:``, ``conv:``, ``meta: {launch: kernel}``)."""
     sources: dict[str, str]
 
     @model_validator(mode="after")
@@ -46,4 +47,7 @@ class FamilySpec(Spec):
         missing = [f for f in REQUIRED[self.name] if getattr(self.efficiency, f) is None]
         if missing:
             raise ValueError(f"efficiency: family {self.name.value} needs {', '.join(missing)}")
+        dispatch = [f for f in DISPATCH if getattr(self.efficiency, f) is not None]
+        if dispatch:
+            raise ValueError(f"efficiency.{dispatch[0]}: per-op and per-step costs belong to the software (software/)")
         return self

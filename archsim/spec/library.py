@@ -32,6 +32,7 @@ from archsim.spec.family import FamilySpec
 from archsim.spec.link import LinkSpec
 from archsim.spec.memory import MemorySpec
 from archsim.spec.model import ModelSpec
+from archsim.spec.software import SoftwareSpec
 from archsim.spec.sweep import SweepSpec
 from archsim.spec.system import SystemSpec
 from archsim.spec.validation import ValidationSpec
@@ -49,6 +50,7 @@ SPEC_CLASSES: dict[str, type[Any]] = {
     "collective-library": CollectiveLibrarySpec,
     "validation": ValidationSpec,
     "sweep": SweepSpec,
+    "software": SoftwareSpec,
 }
 
 
@@ -334,6 +336,28 @@ class Library:
     def sweep(self, name: str) -> SweepSpec:
         """A sweep description by name or path."""
         spec: SweepSpec = self.spec(self.find(["sweep"], name))
+        return spec
+
+    def software(self, name: str) -> SoftwareSpec:
+        """A software stack by name, alias or path."""
+        spec: SoftwareSpec = self.spec(self.find(["software"], name))
+        return spec
+
+    def software_for(self, chip: ChipSpec, name: str | None, source: str = "--software") -> SoftwareSpec:
+        """The stack a run on ``chip`` uses: ``name``, or the chip's default (its family file's).
+
+        A stack written for another family is refused, naming the ones that run on this chip.
+        """
+        chosen = name if name is not None else self.family(chip.family).software
+        spec = self.software(chosen)
+        if spec.family is not chip.family:
+            fits = sorted(e.name for e in self.entries("software") if e.data.get("family") == chip.family.value)
+            raise LookupFailed(
+                chosen,
+                source,
+                f"runs on {spec.family.value} chips, not {chip.name} ({chip.family.value}); use one of: "
+                + ", ".join(fits),
+            )
         return spec
 
     def model(self, name: str) -> ModelSpec:

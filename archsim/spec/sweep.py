@@ -60,6 +60,7 @@ RUN_SETTINGS = (
     "overlap",
     "fusion",
     "recompute",
+    "software",
     "streaming_memory",
 )
 MAX_AXIS_VALUES = 100_000
@@ -86,8 +87,12 @@ class RunSettings(Spec):
     schedule: Literal["1f1b", "gpipe"] = "1f1b"
     collective: Literal["ring", "tree", "hierarchical", "torus"] | None = None
     overlap: StrictBool = True
-    fusion: Fusion = Fusion.NONE
-    recompute: StrictBool = False
+    fusion: Fusion | None = None
+    """None: what the software does."""
+    recompute: StrictBool | None = None
+    """None: what the software does."""
+    software: Name | None = None
+    """The software stack (a ``software/`` name; None: the chip's default)."""
     streaming_memory: StreamingMemory = StreamingMemory.NONE
 
 

@@ -4,12 +4,12 @@ Published measurements, each mapped to the archsim run that predicts it.
 
 A row names a target, a workload and its settings (those of the published run: batch, precision,
 sequence length -- the prompt's, for a ``prefill`` or ``decode`` run, with ``gen_len`` --, gradient
-accumulation as ``microbatches`` on a system, the framework's ``fusion`` and ``recompute``), which
-metric was measured (``throughput`` of the whole target in samples/s; ``op_time``: the time of the op
-of ``phase`` in the run, in ms; ``op_rate``: that op's FLOPs over its time, in TFLOP/s; ``ttft``: a
-prefill run's time to first token, in ms), the
-published value with its unit and source, and the group it belongs to (``operator``, ``single_chip``,
-``multi_chip``). The table states the error tolerance of each group.
+accumulation as ``microbatches`` on a system, the ``software`` stack and, where the run departed from
+what that stack does, its ``fusion`` and ``recompute``), which metric was measured (``throughput`` of
+the whole target in samples/s; ``op_time``: the time of the op of ``phase`` in the run, in ms;
+``op_rate``: that op's FLOPs over its time, in TFLOP/s; ``ttft``: a prefill run's time to first token,
+in ms), the published value with its unit and source, and the group it belongs to (``operator``,
+``single_chip``, ``multi_chip``). The table states the error tolerance of each group.
 """
 
 from __future__ import annotations
@@ -80,10 +80,12 @@ class Row(Spec):
     precision: Precision
     microbatches: Count | None = None
     """On a system: microbatches per step and replica (gradient accumulation), as ``--microbatches``."""
-    fusion: Fusion = Fusion.NONE
-    """Ops the published run's framework fused, as ``--fusion``."""
-    recompute: bool = False
-    """Whether the published run recomputed activations, as ``--recompute``."""
+    software: Name | None = None
+    """The software stack of the published run, as ``--software`` (None: the chip's default)."""
+    fusion: Fusion | None = None
+    """Ops the published run's framework fused, as ``--fusion`` (None: what its software does)."""
+    recompute: bool | None = None
+    """Whether the published run recomputed activations, as ``--recompute`` (None: as its software does)."""
     metric: Metric
     phase: Literal["fwd", "bwd_data", "bwd_weight", "update"] | None = None
     """For ``op_time``: the phase of the op whose time was measured (a run has one op per phase)."""

@@ -42,6 +42,8 @@ RESULT_COLUMNS = (
     "compute_bound_s",
     "memory_bound_s",
     "communication_bound_s",
+    "overhead_bound_s",
+    "software",
     "memory_bytes",
     "memory_capacity_bytes",
     "memory_technology",

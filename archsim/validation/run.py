@@ -17,11 +17,12 @@ from archsim.results.records import RunResult
 from archsim.spec.chip import Efficiency, Family
 from archsim.spec.common import Precision
 from archsim.spec.library import Library
+from archsim.spec.software import SoftwareSpec
 from archsim.spec.system import SystemSpec
 from archsim.spec.validation import Group, Level, Metric, Row, ValidationSpec
+from archsim.stack import default_software, is_kernel, planned_software, stack_options
 from archsim.systems import ParallelOptions, replay_system, system_trace
 from archsim.workloads import build_trace
-from archsim.workloads.options import TraceOptions
 from archsim.workloads.trace import Mode, Trace
 
 
@@ -37,6 +38,8 @@ class Prepared:
     source: str = ""
     microbatches: int | None = None
     """Microbatches per step of a system row (None: data parallel, one batch per step)."""
+    software: SoftwareSpec | None = None
+    """The stack the row names (None: the chip's default for its trace)."""
 
     @property
     def family(self) -> Family:
@@ -101,7 +104,8 @@ class ValidationReport:
                     "gen_len": r.row.gen_len,
                     "precision": r.row.precision.value,
                     "microbatches": r.row.microbatches,
-                    "fusion": r.row.fusion.value,
+                    "software": r.row.software,
+                    "fusion": None if r.row.fusion is None else r.row.fusion.value,
                     "recompute": r.row.recompute,
                     "metric": r.row.metric.value,
                     "phase": r.row.phase,
@@ -126,22 +130,25 @@ class ValidationReport:
 def prepare(row: Row, library: Library) -> Prepared:
     """Resolve a row's target and build its trace (done once per row)."""
     mode, precision = Mode(row.mode), Precision(row.precision)
-    options = TraceOptions(row.fusion, row.recompute, row.gen_len)
     entry = library.find(["chip", "system"], row.target)
-    if entry.kind == "system":
-        system = library.system(row.target)
+    system = library.system(row.target) if entry.kind == "system" else None
+    chip = library.chip(system.chip) if system is not None else library.chip(row.target)
+    stack = planned_software(library, chip, row.software, row.workload)
+    options = stack_options(stack, mode, precision, row.fusion, row.recompute, row.gen_len)
+    named = stack if row.software is not None else None
+    if system is not None:
         source = entry.source
-        parallel = ParallelOptions(microbatches=row.microbatches, trace=options)
+        parallel = ParallelOptions(microbatches=row.microbatches, trace=options, software=named)
         trace, microbatches = system_trace(
             system, source, row.workload, mode, row.batch, precision, row.seq_len, library, parallel
         )
-        target = Target(name=system.name, chip=library.chip(system.chip))
-        return Prepared(row, target, trace, system, source, microbatches)
+        target = Target(name=system.name, chip=chip)
+        return Prepared(row, target, trace, system, source, microbatches, named)
     if row.microbatches is not None:
         raise SpecError(row.id, "microbatches", "needs a multi-chip system as the target")
     target = resolve_target(row.target, library)
     trace = build_trace(row.workload, library, mode, row.batch, precision, row.seq_len, options)
-    return Prepared(row, target, trace)
+    return Prepared(row, target, trace, software=named)
 
 
 def measure(row: Row, result: RunResult) -> float:
@@ -160,16 +167,33 @@ def measure(row: Row, result: RunResult) -> float:
     return 1e3 * seconds
 
 
-def predict(prepared: Prepared, library: Library, efficiencies: Mapping[Family, Efficiency] | None = None) -> float:
-    """Predict one prepared row, optionally with replacement family efficiency parameters."""
+def software_of(prepared: Prepared, library: Library) -> SoftwareSpec:
+    """The stack a prepared row runs with (the one it names, or its chip's default for its trace)."""
+    if prepared.software is not None:
+        return prepared.software
+    return default_software(library, prepared.target.chip, is_kernel(prepared.trace))
+
+
+def predict(
+    prepared: Prepared,
+    library: Library,
+    efficiencies: Mapping[Family, Efficiency] | None = None,
+    stacks: Mapping[str, SoftwareSpec] | None = None,
+) -> float:
+    """Predict one prepared row, optionally with replacement family efficiencies or software stacks.
+
+    ``stacks`` maps a stack's name to a replacement (calibration tries dispatch costs this way).
+    """
     efficiency = None if efficiencies is None else efficiencies.get(prepared.family)
+    software = software_of(prepared, library)
+    software = stacks.get(software.name, software) if stacks is not None else software
     if prepared.system is not None:
-        options = ParallelOptions(microbatches=prepared.microbatches)
+        options = ParallelOptions(microbatches=prepared.microbatches, software=software)
         run = replay_system(
             prepared.system, prepared.source, prepared.trace, prepared.microbatches, library, options, False, efficiency
         )
         return measure(prepared.row, run.result)
-    result = run_trace(prepared.target, prepared.trace, library, efficiency)
+    result = run_trace(prepared.target, prepared.trace, library, efficiency, software)
     return measure(prepared.row, result)
 
 
@@ -189,11 +213,13 @@ def report_for(
     library: Library,
     efficiencies: Mapping[Family, Efficiency] | None,
     progress: Callable[[int, int, str], None] | None = None,
+    stacks: Mapping[str, SoftwareSpec] | None = None,
 ) -> ValidationReport:
     """Predict prepared rows and assemble the report."""
     results = []
     for index, item in enumerate(prepared):
         if progress is not None:
             progress(index, len(prepared), item.row.id)
-        results.append(RowResult(item.row, predict(item, library, efficiencies), spec.tolerance[item.row.group]))
+        predicted = predict(item, library, efficiencies, stacks)
+        results.append(RowResult(item.row, predicted, spec.tolerance[item.row.group]))
     return ValidationReport(spec.name, tuple(results))

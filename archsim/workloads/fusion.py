@@ -21,7 +21,7 @@ unchanged.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from archsim.spec.common import Fusion
@@ -36,10 +36,29 @@ def fuse(graph: ForwardGraph, fusion: Fusion) -> ForwardGraph:
     """``graph`` with the ops ``fusion`` merges into one op each."""
     if fusion is Fusion.NONE or not graph.ops:
         return graph
+    return regroup(graph, _groups(graph, NORMS))
+
+
+def fuse_epilogues(graph: ForwardGraph, heads: frozenset[OpKind] | None) -> ForwardGraph:
+    """``graph`` with element-wise ops fused into the op that produced their input.
+
+    ``heads`` are the kinds that take element-wise epilogues (None: every kind); the conditions are
+    those of norm-act fusion (the tensor passed on has no other reader and no backward op needs it).
+    """
+    return regroup(graph, _groups(graph, heads)) if graph.ops else graph
+
+
+Merge = Callable[[ForwardGraph, list[int]], tuple[Op, BackwardRule | None]]
+"""Builds the op (deps still in the old numbering) and backward rule of one group of ops."""
+
+
+def regroup(graph: ForwardGraph, found: list[list[int]], merge: Merge | None = None) -> ForwardGraph:
+    """``graph`` with each group of ``found`` (every forward op in exactly one) merged into one op."""
     # a fused op runs where its last member ran: an add also waits for its other input
-    groups = sorted(_groups(graph), key=lambda members: members[-1])
+    groups = sorted(found, key=lambda members: members[-1])
     if all(len(members) == 1 for members in groups):
         return graph
+    merge = merge or _merged
     new_index: dict[int, int] = {}
     for position, members in enumerate(groups):
         for index in members:
@@ -47,7 +66,7 @@ def fuse(graph: ForwardGraph, fusion: Fusion) -> ForwardGraph:
     ops: list[Op] = []
     rules: dict[int, BackwardRule] = {}
     for position, members in enumerate(groups):
-        op, rule = _merged(graph, members)
+        op, rule = merge(graph, members) if len(members) > 1 else (graph.ops[members[0]], graph.rules.get(members[0]))
         deps = tuple(sorted({new_index[d] for i in members for d in graph.ops[i].deps} - {position}))
         ops.append(replace(op, deps=deps))
         if rule is not None:
@@ -58,7 +77,7 @@ def fuse(graph: ForwardGraph, fusion: Fusion) -> ForwardGraph:
     return replace(graph, ops=tuple(ops), rules=rules, loss=loss)
 
 
-def _groups(graph: ForwardGraph) -> list[list[int]]:
+def _groups(graph: ForwardGraph, heads: frozenset[OpKind] | None) -> list[list[int]]:
     """Forward ops in trace order, each as the list of ops fused into it (itself first)."""
     readers: dict[str, int] = defaultdict(int)
     for op in (*graph.ops, *([graph.loss] if graph.loss is not None else [])):
@@ -74,7 +93,7 @@ def _groups(graph: ForwardGraph) -> list[list[int]]:
             op.kind is OpKind.ELEMENTWISE
             and first is not None
             and group is not None
-            and graph.ops[group[0]].kind in NORMS
+            and (heads is None or graph.ops[group[0]].kind in heads)
             and readers[first.name] == 1
             and first.name not in graph.grad_outputs
             and first.name == _output(graph.ops[group[-1]])

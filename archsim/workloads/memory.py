@@ -27,9 +27,10 @@ from collections.abc import Iterable, Sequence
 
 from archsim.spec.common import Fusion
 from archsim.spec.model import Optimizer
-from archsim.workloads.fusion import fuse
+from archsim.spec.software import Rewrite
 from archsim.workloads.graph import ForwardGraph
 from archsim.workloads.options import TraceOptions
+from archsim.workloads.rewrites import apply_rewrites
 from archsim.workloads.trace import Mode, Op, Phase, Role, Trace
 from archsim.workloads.training import MASTER_BYTES, OPTIMIZER_COST, TrainingStep, training_ops
 
@@ -136,23 +137,28 @@ def finish_trace(
 ) -> Trace:
     """Turn a forward graph into the trace of ``mode``, with its memory estimate.
 
-    ``options`` first fuses the forward graph (:func:`~archsim.workloads.fusion.fuse`); training then
+    ``options`` first rewrites the forward graph (:func:`~archsim.workloads.rewrites.apply_rewrites`); training then
     derives the loss, backward and update ops (:func:`~archsim.workloads.training.training_ops`,
     recomputing forward ops if asked); inference keeps the forward ops. Every builder (built-in
     models, inline GEMMs and convolutions, imported ONNX and PyTorch graphs) ends here, so their
     traces are derived the same way.
     """
     options = options or TraceOptions()
-    graph = fuse(graph, options.fusion)
+    rewrites = options.applied()
+    graph = apply_rewrites(graph, rewrites, mode)
     meta = dict(graph.meta)
-    if options.fusion is not Fusion.NONE:
-        meta["fusion"] = options.fusion.value
+    if Rewrite.NORM_ACT in rewrites:
+        meta["fusion"] = Fusion.NORM_ACT.value
+    others = sorted(r.value for r in rewrites - {Rewrite.NORM_ACT, Rewrite.RECOMPUTE})
+    if others:
+        meta["rewrites"] = ",".join(others)
+    recompute = mode is Mode.TRAIN and Rewrite.RECOMPUTE in rewrites
     if mode is Mode.TRAIN:
-        step = training_ops(graph, optimizer, options.recompute)
+        step = training_ops(graph, optimizer, recompute)
         ops, memory = step.ops, training_memory(graph, step, optimizer)
         if optimizer is not None:
             meta["optimizer"] = optimizer.value
-        if options.recompute:
+        if recompute:
             meta["recompute"] = "true"
     else:
         ops, memory = graph.ops, inference_memory(graph)

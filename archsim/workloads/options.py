@@ -6,9 +6,10 @@ graph as written, with every activation a backward op needs saved from the forwa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from archsim.spec.common import Fusion
+from archsim.spec.software import Rewrite
 
 
 @dataclass(frozen=True)
@@ -16,14 +17,23 @@ class TraceOptions:
     """Fusion and recomputation of one trace (:class:`~archsim.spec.common.Fusion` says what each fusion is)."""
 
     fusion: Fusion = Fusion.NONE
+    """Fusion asked for explicitly (``--fusion``)."""
     recompute: bool = False
     """Activation checkpointing: keep checkpoints, run forward ops again in the backward pass
     (:mod:`archsim.workloads.training`)."""
-    gen_len: int | None = None
+    rewrites: frozenset[Rewrite] = frozenset()
+    """The software stack's graph rewrites (:mod:`archsim.workloads.rewrites`). They apply to every
+    workload built here; a trace file, already built, keeps the rewrites it was built with."""
+    gen_len: int | None = field(default=None, kw_only=True)
     """``decode`` runs only: tokens generated per sequence after the prompt (None: the default,
     :data:`archsim.workloads.decoder.DEFAULT_GEN_LEN`); sets the KV cache and the mean context."""
 
     @property
     def is_default(self) -> bool:
-        """True when the options leave the graph as written (fusion and recomputation)."""
+        """True when nothing is asked beyond the software's own rewrites (which a built trace keeps)."""
         return self.fusion is Fusion.NONE and not self.recompute
+
+    def applied(self) -> frozenset[Rewrite]:
+        """Every rewrite to apply: the software's and those asked explicitly."""
+        asked = {Rewrite.NORM_ACT} if self.fusion is Fusion.NORM_ACT else set()
+        return self.rewrites | asked | ({Rewrite.RECOMPUTE} if self.recompute else set())

@@ -8,18 +8,20 @@ from hypothesis import strategies as st
 
 from archsim.api import Target, run_trace
 from archsim.models import CostModel, cost_model_for
+from archsim.models.base import Bound
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import replace_path
 from archsim.spec.library import Library
+from archsim.stack import default_efficiency
 from archsim.testing.strategies import gemm_ops, ops, traces
-from archsim.workloads.trace import Op, Trace
+from archsim.workloads.trace import Gemm, Op, OpKind, Phase, Role, TensorAccess, Trace
 
 CHIPS = ["v100", "a100", "h100", "gc2", "ipu", "ascend910", "tpu-v2", "tpu-v3", "tpu-v4", "systolic-32x32"]
 LIBRARY = Library(use_env=False)
 
 
 def model(chip: ChipSpec, footprint: int = 0) -> CostModel:
-    efficiency = LIBRARY.family(chip.family).efficiency.merged(chip.efficiency)
+    efficiency = default_efficiency(LIBRARY, chip)
     return cost_model_for(chip, efficiency, chip.default_precision, footprint)
 
 
@@ -94,3 +96,44 @@ def test_utilization_never_above_one(name: str, data: st.DataObject) -> None:
     trace: Trace = data.draw(traces(chip.default_precision))
     result = run_trace(Target(chip.name, chip), trace, LIBRARY)
     assert 0 <= result.utilization <= 1
+
+
+TERMS = {
+    Bound.COMPUTE: "compute_s",
+    Bound.MEMORY: "memory_s",
+    Bound.COMMUNICATION: "communication_s",
+    Bound.OVERHEAD: "overhead_s",
+}
+
+
+@pytest.mark.parametrize("name", CHIPS)
+@pytest.mark.parametrize("software", [None, "framework"])
+@settings(max_examples=40, deadline=None)
+@given(op=ops())
+def test_the_bound_label_names_the_largest_term(name: str, software: str | None, op: Op) -> None:
+    """Issue 13.3: never ``compute`` when another term is larger; no main-memory bytes, never ``memory``."""
+    chip = LIBRARY.chip(name)
+    framework_s = 0.0 if software is None else 15e-6  # an eager framework's dispatch on top of the family's
+    cost = cost_model_for(chip, default_efficiency(LIBRARY, chip), chip.default_precision, 0, framework_s).cost(op)
+    largest = max(getattr(cost, field) for field in TERMS.values())
+    assert getattr(cost, TERMS[cost.bound]) == largest
+    if cost.dram_bytes == 0:
+        assert cost.bound is not Bound.MEMORY
+
+
+@pytest.mark.parametrize("name", ["v100", "a100", "h100", "ascend910"])
+def test_a_decode_matrix_vector_product_is_memory_bound(name: str) -> None:
+    """m = 1, about one FLOP per byte. (On a systolic array the weight loads of each fold are array
+    cycles in ``compute_s``, which there exceed the memory term: the label follows the model.)"""
+    chip = LIBRARY.chip(name)
+    e = chip.default_precision.bytes
+    op = Op(
+        "decode",
+        OpKind.MATMUL,
+        Phase.FORWARD,
+        2 * 4096 * 4096,
+        (TensorAccess("x", 4096 * e), TensorAccess("w", 4096 * 4096 * e, Role.WEIGHT)),
+        (TensorAccess("y", 4096 * e),),
+        gemm=Gemm(1, 1, 4096, 4096),
+    )
+    assert model(chip).cost(op).bound is Bound.MEMORY

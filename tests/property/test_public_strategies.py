@@ -16,6 +16,7 @@ from archsim.api import Target, run_trace
 from archsim.models import cost_model_for
 from archsim.spec.chip import ChipSpec, Family
 from archsim.spec.library import Library
+from archsim.stack import default_efficiency
 from archsim.testing.strategies import ODD_VALUES, chips, mutated, ops, system_data, traces
 from archsim.workloads.trace import Op, OpKind, Trace
 
@@ -28,7 +29,7 @@ LIBRARY = Library(use_env=False)
 def test_chip_variants_load_and_never_beat_the_roofline(family: Family, data: st.DataObject) -> None:
     chip: ChipSpec = data.draw(chips(family))
     assert chip.family is family
-    efficiency = LIBRARY.family(chip.family).efficiency.merged(chip.efficiency)
+    efficiency = default_efficiency(LIBRARY, chip)
     model = cost_model_for(chip, efficiency, chip.default_precision, 0)
     op: Op = data.draw(ops(chip.default_precision))
     cost = model.cost(op)

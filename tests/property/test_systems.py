@@ -20,6 +20,7 @@ from archsim.models.placement import place
 from archsim.spec.common import Precision
 from archsim.spec.library import Library
 from archsim.spec.system import Algorithm
+from archsim.stack import default_efficiency
 from archsim.testing.strategies import fabrics
 from archsim.workloads import build_trace
 from archsim.workloads.trace import Mode, Op
@@ -82,7 +83,7 @@ def faster(fabric: Fabric) -> Fabric:
 def small_step(library: Library) -> tuple[list[Op], list[OpCost], bool]:
     chip = library.chip("v100")
     trace = build_trace("resnet50", library, Mode.TRAIN, 1, Precision.FP16, None)
-    efficiency = library.family(chip.family).efficiency.merged(chip.efficiency)
+    efficiency = default_efficiency(library, chip)
     model = cost_model_for(chip, efficiency, trace.precision, trace.memory_bytes)
     return list(trace.ops), [model.cost(op) for op in trace.ops], model.separate_units
 

@@ -26,7 +26,9 @@ from archsim.spec.library import Library
         ("chips/my.yaml:traces/t.yaml:seq-len=64", RunSpec("chips/my.yaml", "traces/t.yaml", seq_len=64)),
         ("v100:resnet50:fusion=norm-act", RunSpec("v100", "resnet50", fusion="norm-act")),
         ("v100:resnet50:mode=train,recompute=true", RunSpec("v100", "resnet50", "train", recompute=True)),
-        ("v100:resnet50:fusion=none,recompute=false", RunSpec("v100", "resnet50")),
+        # explicit since software stacks: none and false override what the stack does
+        ("v100:resnet50:fusion=none,recompute=false", RunSpec("v100", "resnet50", fusion="none", recompute=False)),
+        ("a100:resnet50:software=tensorrt", RunSpec("a100", "resnet50", software="tensorrt")),
         (
             "ipu-m2000:bert-base:mode=train,streaming_memory=optimizer-state",
             RunSpec("ipu-m2000", "bert-base", "train", streaming_memory="optimizer-state"),

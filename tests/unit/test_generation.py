@@ -50,11 +50,14 @@ def test_samples_per_second_elsewhere(library: Library) -> None:
 
 
 def test_decode_weights_are_read_from_memory(library: Library) -> None:
-    # one token per sequence: every weight product is a matrix-vector product, bound by HBM
+    # one token per sequence: every weight product is a matrix-vector product, bound by HBM -- or, at
+    # batch 1, by the framework's per-op dispatch where that is longer still (the ``overhead`` label),
+    # never by compute
     for chip in ("v100", "a100-80gb", "h100", "ascend910"):
         result = simulate(chip, "llama2-7b", mode="decode", batch=1, library=library)
         weights = [layer for layer in result.layers if layer.name.endswith(("qkv", "o_proj", "gate_up", "down"))]
-        assert weights and all(layer.bound == "memory" for layer in weights), chip
+        assert weights and all(layer.bound in ("memory", "overhead") for layer in weights), chip
+        assert any(layer.bound == "memory" for layer in weights), chip
 
 
 def test_decode_step_is_never_faster_than_reading_the_weights(library: Library) -> None:

@@ -9,6 +9,7 @@ from archsim.models.ipu import AMP_BLOCK, AMP_K_GRAIN, IpuModel
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import replace_path
 from archsim.spec.library import Library
+from archsim.stack import default_efficiency
 from archsim.workloads.trace import Gemm, Op, OpKind, Phase, Role, TensorAccess
 
 LIBRARY = Library(use_env=False)
@@ -29,7 +30,7 @@ def gemm_op(m: int, n: int, k: int, batch: int = 1) -> Op:
 
 def ipu(footprint: int = 0, chip: ChipSpec | None = None) -> IpuModel:
     chip = chip or LIBRARY.chip("gc200")
-    efficiency = LIBRARY.family(chip.family).efficiency.merged(chip.efficiency)
+    efficiency = default_efficiency(LIBRARY, chip)
     return IpuModel(chip, efficiency, chip.default_precision, footprint)
 
 
@@ -89,7 +90,7 @@ def test_resident_data_beyond_tile_sram_streams() -> None:
 
 def cube(chip: ChipSpec | None = None) -> CubeModel:
     chip = chip or LIBRARY.chip("ascend910")
-    efficiency = LIBRARY.family(chip.family).efficiency.merged(chip.efficiency)
+    efficiency = default_efficiency(LIBRARY, chip)
     return CubeModel(chip, efficiency, chip.default_precision)
 
 

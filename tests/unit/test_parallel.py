@@ -23,6 +23,7 @@ from archsim.models.placement import place
 from archsim.spec.common import Precision
 from archsim.spec.library import Library
 from archsim.spec.system import Algorithm
+from archsim.stack import default_efficiency
 from archsim.workloads import build_trace
 from archsim.workloads.trace import Mode, Role, Trace
 
@@ -47,7 +48,7 @@ def test_buckets_follow_the_backward_order_and_hold_every_gradient(library: Libr
 @pytest.fixture(scope="module")
 def v100_resnet(library: Library) -> tuple[Trace, list[OpCost], bool]:
     chip = library.chip("v100")
-    efficiency = library.family(chip.family).efficiency.merged(chip.efficiency)
+    efficiency = default_efficiency(library, chip)
     trace = build_trace("resnet50", library, Mode.TRAIN, 32, Precision.FP16, None)
     model = cost_model_for(chip, efficiency, trace.precision, trace.memory_bytes)
     return trace, [model.cost(op) for op in trace.ops], model.separate_units
@@ -56,7 +57,7 @@ def v100_resnet(library: Library) -> tuple[Trace, list[OpCost], bool]:
 def test_one_replica_is_the_single_chip_replay(library: Library, v100_resnet: tuple[Trace, list[OpCost], bool]) -> None:
     trace, costs, separate = v100_resnet
     chip = library.chip("v100")
-    model = cost_model_for(chip, library.family(chip.family).efficiency.merged(chip.efficiency), trace.precision, 0)
+    model = cost_model_for(chip, default_efficiency(library, chip), trace.precision, 0)
     alone = replay(trace, model)
     one = data_parallel_step(trace.ops, costs, separate, place(Fabric("t", "c", 1, 1, (), "ring"), 1), HIER)
     assert [(t.start_s, t.end_s) for t in one.timings] == [(t.start_s, t.end_s) for t in alone]

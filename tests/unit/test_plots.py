@@ -30,7 +30,7 @@ def pipelined_run(library: Library) -> RunResult:
 def test_breakdown_sums_each_bound_and_shows_every_layer_once(tpu_run: RunResult) -> None:
     figure = plots.layer_breakdown(tpu_run)
     names = [trace.name for trace in figure.data]
-    assert set(names) <= {"compute", "memory", "communication"}
+    assert set(names) <= {"compute", "memory", "communication", "overhead"}
     for trace in figure.data:
         assert math.isclose(sum(trace.y), tpu_run.time_by_bound[trace.name], rel_tol=1e-9)
     labels = [label for trace in figure.data for label in trace.x]

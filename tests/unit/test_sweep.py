@@ -236,3 +236,19 @@ def test_dask_cluster_gives_the_local_table(tmp_path: Path) -> None:
 def test_spec_error_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="target"):
         load_sweep(write_spec(tmp_path, {**SMALL, "target": []}))
+
+
+def test_software_is_a_run_axis(tmp_path: Path) -> None:
+    data = {
+        **SMALL,
+        "target": "a100",
+        "workloads": ["resnet50"],
+        "settings": {"batch": 4},
+        "grid": {"run.software": ["mxnet", "tensorrt"]},
+        "zip": [],
+    }
+    table = run_sweep(write_spec(tmp_path, data), jobs=1, progress=False).set_index("run.software")
+    assert table["error"].isna().all()
+    assert list(table["software"]) == ["mxnet-20.12", "tensorrt-8"]
+    # TensorRT folds batch-norms and fuses element-wise ops, and has no framework between kernels
+    assert table.loc["tensorrt", "step_time_s"] < table.loc["mxnet", "step_time_s"]
