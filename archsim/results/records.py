@@ -26,6 +26,7 @@ from typing import Any
 from archsim.engine.replay import OpTiming
 from archsim.memory_fit import capacity_bytes, capacity_technology, split_bytes
 from archsim.models.base import Bound
+from archsim.results.training import InputRecord, TimeToTrainRecord
 from archsim.spec.chip import ChipSpec
 from archsim.workloads.trace import Op, Phase, Trace
 
@@ -191,6 +192,10 @@ class RunResult:
     normalized throughputs they would give are None, and shown as ``not published``."""
     throughput_unit: str = field(default="samples/s", kw_only=True)
     """What :attr:`throughput` counts per second, from the workload (see :func:`throughput_unit`)."""
+    input_pipeline: InputRecord | None = field(default=None, kw_only=True)
+    """The input pipeline of the step, when the run models it (``--input-decode``)."""
+    time_to_train: TimeToTrainRecord | None = field(default=None, kw_only=True)
+    """Time to train as MLPerf measures it, when asked (``--time-to-train``)."""
     layers: tuple[LayerRecord, ...]
 
     def missing(self, figure: str) -> str:

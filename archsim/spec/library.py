@@ -28,6 +28,7 @@ from archsim.limits import description_files
 from archsim.spec.chip import ChipSpec, Family
 from archsim.spec.collective_library import CollectiveLibrarySpec
 from archsim.spec.common import parse_shape
+from archsim.spec.convergence import ConvergenceSpec
 from archsim.spec.family import FamilySpec
 from archsim.spec.link import LinkSpec
 from archsim.spec.memory import MemorySpec
@@ -38,7 +39,7 @@ from archsim.spec.validation import ValidationSpec
 from archsim.spec.yamlio import read_yaml, validate
 
 ENV_VAR = "ARCHSIM_PATH"
-BUILTIN_FOLDERS = ("chips", "memory", "interconnect", "software", "workloads", "validation", "sweeps")
+BUILTIN_FOLDERS = ("chips", "memory", "interconnect", "software", "workloads", "validation", "sweeps", "convergence")
 SPEC_CLASSES: dict[str, type[Any]] = {
     "chip": ChipSpec,
     "family": FamilySpec,
@@ -49,6 +50,7 @@ SPEC_CLASSES: dict[str, type[Any]] = {
     "collective-library": CollectiveLibrarySpec,
     "validation": ValidationSpec,
     "sweep": SweepSpec,
+    "convergence": ConvergenceSpec,
 }
 
 
@@ -291,6 +293,8 @@ class Library:
         named = [(f"levels.{name}.link", level.link) for name, level in system.levels.items()]
         if system.scale_out is not None:
             named.append(("scale_out.link", system.scale_out.link))
+        if system.input_pipeline is not None:
+            named.append(("input_pipeline.host_link", system.input_pipeline.host_link))
         for field, link in named:
             try:
                 self.link(link)
@@ -335,6 +339,22 @@ class Library:
         """A sweep description by name or path."""
         spec: SweepSpec = self.spec(self.find(["sweep"], name))
         return spec
+
+    def convergence(self, workload: str) -> ConvergenceSpec:
+        """The convergence description of a workload.
+
+        Found by its own name or alias, or as the one whose ``workload`` is ``workload`` (``resnet50``
+        finds ``convergence/resnet50.yaml``).
+        """
+        try:
+            spec: ConvergenceSpec = self.spec(self.find(["convergence"], workload))
+            return spec
+        except LookupFailed:
+            for entry in self.entries("convergence"):
+                if entry.data.get("workload") == workload:
+                    found: ConvergenceSpec = self.spec(entry)
+                    return found
+            raise
 
     def model(self, name: str) -> ModelSpec:
         """A built-in workload model by name."""

@@ -1,0 +1,89 @@
+"""The training options of ``archsim run``: ``--input-decode``, ``--time-to-train``, ``--optimizer``.
+
+:func:`add_arguments` registers them, :func:`extend_args` applies them to the simulated step
+(:func:`archsim.time_to_train.extend`) and :func:`summary_lines` prints what they add to the summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from archsim.results.records import RunResult
+from archsim.spec.library import Library
+from archsim.time_to_train import extend
+from archsim.units import format_time
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the training options on ``archsim run``."""
+    group = parser.add_argument_group("time to train and input pipeline (see README: Time to train)")
+    group.add_argument(
+        "--input-decode",
+        choices=["host", "device"],
+        default=None,
+        help="feed the step from the system's input pipeline, decoding on the host CPUs or on the chips "
+        "(default: input not modelled, as with synthetic data)",
+    )
+    group.add_argument(
+        "--time-to-train",
+        action="store_true",
+        help="add the time to reach the workload's MLPerf quality target (training; convergence/ data)",
+    )
+    group.add_argument(
+        "--optimizer", default=None, help="optimizer of the convergence data (default: the data's, lars or lamb)"
+    )
+
+
+def extend_args(result: RunResult, args: argparse.Namespace) -> RunResult:
+    """``result`` with what the training options ask for (unchanged when none is given)."""
+    if args.input_decode is None and not args.time_to_train:
+        if args.optimizer is not None:
+            from archsim.errors import UsageError
+
+            raise UsageError(args.target, "--optimizer", "only applies with --time-to-train")
+        return result
+    options = {
+        "batch": args.batch,
+        "precision": args.precision,
+        "seq_len": args.seq_len,
+        "nodes": args.nodes,
+        "pipeline_stages": args.pipeline_stages,
+        "microbatches": args.microbatches,
+        "schedule": args.schedule,
+        "collective": None if args.collective == "auto" else args.collective,
+        "bucket_bytes": args.bucket_size,
+        "overlap": not args.no_overlap,
+        "fusion": args.fusion,
+        "recompute": args.recompute,
+        "streaming_memory": args.streaming_memory,
+    }
+    library = Library(args.lib)
+    return extend(
+        result, args.target, args.workload, library, options, args.time_to_train, args.optimizer, args.input_decode
+    )
+
+
+def summary_lines(result: RunResult) -> list[str]:
+    """The input-pipeline and time-to-train lines of the human summary (none when not modelled)."""
+    lines = []
+    pipe = result.input_pipeline
+    if pipe is not None:
+        stages = ", ".join(f"{stage} {rate:.0f}/s" for stage, rate in pipe.stage_samples_per_s.items())
+        lines.append(
+            f"input         {pipe.decode} decoding, {pipe.samples_per_s:.1f} samples/s (limit {pipe.limit}; {stages}); "
+            f"step bound: {pipe.step_bound}"
+            + (f", waits {format_time(pipe.wait_s)} per step" if pipe.wait_s > 0 else "")
+        )
+    ttt = result.time_to_train
+    if ttt is not None:
+        amount = f"{ttt.epochs:.1f} epochs" if ttt.epochs is not None else f"{ttt.samples:,.0f} samples"
+        lines.append(
+            f"time to train {ttt.time_to_train_s / 60:.2f} min ({ttt.time_to_train_s:.1f} s): {amount} "
+            f"({ttt.convergence_basis}, {ttt.optimizer}, global batch {ttt.global_batch}) to {ttt.quality_target}"
+        )
+        lines.append(
+            f"  training    {ttt.steps} steps x {format_time(ttt.step_time_s)} = {ttt.train_s:.1f} s; "
+            f"evaluation {ttt.evaluations} x {format_time(ttt.eval_each_s)} = {ttt.eval_s:.1f} s "
+            f"({ttt.eval_samples} samples each); initialization on the clock {ttt.initialization_s:.1f} s"
+        )
+    return lines
