@@ -32,6 +32,7 @@ from archsim.spec.convergence import ConvergenceSpec
 from archsim.spec.family import FamilySpec
 from archsim.spec.link import LinkSpec
 from archsim.spec.memory import MemorySpec
+from archsim.spec.mlperf import MlperfSpec
 from archsim.spec.model import ModelSpec
 from archsim.spec.sweep import SweepSpec
 from archsim.spec.system import SystemSpec
@@ -51,6 +52,7 @@ SPEC_CLASSES: dict[str, type[Any]] = {
     "validation": ValidationSpec,
     "sweep": SweepSpec,
     "convergence": ConvergenceSpec,
+    "mlperf": MlperfSpec,
 }
 
 
@@ -338,6 +340,11 @@ class Library:
     def sweep(self, name: str) -> SweepSpec:
         """A sweep description by name or path."""
         spec: SweepSpec = self.spec(self.find(["sweep"], name))
+        return spec
+
+    def mlperf(self, name: str) -> MlperfSpec:
+        """An MLPerf result table by name or path."""
+        spec: MlperfSpec = self.spec(self.find(["mlperf"], name))
         return spec
 
     def convergence(self, workload: str) -> ConvergenceSpec:
