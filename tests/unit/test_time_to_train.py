@@ -221,3 +221,26 @@ def test_a_system_input_pipeline_needs_a_source() -> None:
     data["input_pipeline"]["host_decode_time"] = 10
     with pytest.raises(SpecError, match=r"input_pipeline\.host_decode_time"):
         validate(SystemSpec, data, "s.yaml")
+
+
+def test_a_sweep_shows_time_to_train_and_the_input_bound(tmp_path: Path) -> None:
+    from archsim.sweep import run_sweep
+
+    spec = {
+        "schema_version": 1,
+        "kind": "sweep",
+        "name": "ttt-sweep",
+        "description": "time to train per decode path",
+        "target": "dgx1",
+        "workloads": ["resnet50"],
+        "settings": {"mode": "train", "batch": 64},
+        "grid": {"run.time_to_train": [True], "run.input_decode": ["host", "device"]},
+    }
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    table = run_sweep(str(path), jobs=1, progress=False).set_index("run.input_decode")
+    assert table["error"].isna().all()
+    assert table.loc["host", "step_bound"] == "input" and table.loc["device", "step_bound"] == "ops"
+    assert table.loc["host", "input_bound_s"] > 0 and table.loc["device", "input_bound_s"] == 0
+    assert table.loc["host", "time_to_train_s"] > table.loc["device", "time_to_train_s"] > 0
+    assert table.loc["host", "epochs"] == table.loc["device", "epochs"]
