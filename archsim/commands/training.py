@@ -1,5 +1,6 @@
-"""The training options of ``archsim run``: ``--input-decode``, ``--time-to-train``, ``--optimizer``.
+"""The training options of ``archsim run`` and ``archsim report run``.
 
+``--input-decode``, ``--time-to-train`` and ``--optimizer``:
 :func:`add_arguments` registers them, :func:`extend_args` applies them to the simulated step
 (:func:`archsim.time_to_train.extend`) and :func:`summary_lines` prints what they add to the summary.
 """
@@ -35,13 +36,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def extend_args(result: RunResult, args: argparse.Namespace) -> RunResult:
-    """``result`` with what the training options ask for (unchanged when none is given)."""
+    """``result`` with what the training options ask for (unchanged when none is given).
+
+    ``args`` are ``archsim run``'s or ``archsim report run``'s (which has no collective options: the
+    defaults apply).
+    """
     if args.input_decode is None and not args.time_to_train:
         if args.optimizer is not None:
             from archsim.errors import UsageError
 
             raise UsageError(args.target, "--optimizer", "only applies with --time-to-train")
         return result
+    collective = getattr(args, "collective", "auto")
     options = {
         "batch": args.batch,
         "precision": args.precision,
@@ -49,10 +55,10 @@ def extend_args(result: RunResult, args: argparse.Namespace) -> RunResult:
         "nodes": args.nodes,
         "pipeline_stages": args.pipeline_stages,
         "microbatches": args.microbatches,
-        "schedule": args.schedule,
-        "collective": None if args.collective == "auto" else args.collective,
-        "bucket_bytes": args.bucket_size,
-        "overlap": not args.no_overlap,
+        "schedule": getattr(args, "schedule", "1f1b"),
+        "collective": None if collective == "auto" else collective,
+        "bucket_bytes": getattr(args, "bucket_size", None),
+        "overlap": not getattr(args, "no_overlap", False),
         "fusion": args.fusion,
         "recompute": args.recompute,
         "streaming_memory": args.streaming_memory,

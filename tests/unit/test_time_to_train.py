@@ -244,3 +244,16 @@ def test_a_sweep_shows_time_to_train_and_the_input_bound(tmp_path: Path) -> None
     assert table.loc["host", "input_bound_s"] > 0 and table.loc["device", "input_bound_s"] == 0
     assert table.loc["host", "time_to_train_s"] > table.loc["device", "time_to_train_s"] > 0
     assert table.loc["host", "epochs"] == table.loc["device", "epochs"]
+
+
+def test_a_run_report_shows_the_input_bound_and_time_to_train(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out_file = tmp_path / "report.html"
+    code, _, err = run_cli(
+        capsys, "report", "run", "dgx1", "resnet50", "--mode", "train", "--batch", "32", "--input-decode", "host",
+        "--time-to-train", "--out", str(out_file),
+    )  # fmt: skip
+    assert code == 0, err
+    page = out_file.read_text()
+    assert "time to train" in page and "step bound" in page and "input-bound" in page
