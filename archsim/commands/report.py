@@ -50,6 +50,7 @@ def report_run(args: argparse.Namespace) -> int:
     """Simulate one run and write its report."""
     from archsim import plots
 
+    training.check_args(args)
     result, library, timeline = simulate_run(args)
     result = training.extend_args(result, args)
     write_output(plots.write_report, plots.run_report(result, library, links=timeline.links), args.out)

@@ -57,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
         chakra = read_chakra(args.workload, Precision(args.precision or "fp16"))
         if chakra.comms:
             return _run_chakra(args, chakra)
+    training.check_args(args)
     result = training.extend_args(multichip.simulate_args(args), args)
     if args.json:
         print(to_json(result))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 
+from archsim.errors import UsageError
 from archsim.results.records import RunResult
 from archsim.spec.library import Library
 from archsim.time_to_train import extend
@@ -35,17 +36,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse option combinations that cannot work, before anything is simulated."""
+    if args.time_to_train and args.mode != "train":
+        raise UsageError(args.target, "--time-to-train", "needs --mode train")
+    if args.optimizer is not None and not args.time_to_train:
+        raise UsageError(args.target, "--optimizer", "only applies with --time-to-train")
+
+
 def extend_args(result: RunResult, args: argparse.Namespace) -> RunResult:
     """``result`` with what the training options ask for (unchanged when none is given).
 
     ``args`` are ``archsim run``'s or ``archsim report run``'s (which has no collective options: the
     defaults apply).
     """
+    check_args(args)
     if args.input_decode is None and not args.time_to_train:
-        if args.optimizer is not None:
-            from archsim.errors import UsageError
-
-            raise UsageError(args.target, "--optimizer", "only applies with --time-to-train")
         return result
     collective = getattr(args, "collective", "auto")
     options = {
