@@ -44,6 +44,13 @@ def training_time(
     """The time to train of a training step ``result`` (see the module docstring)."""
     if result.mode != "train":
         raise UsageError(result.target, "--time-to-train", "needs --mode train")
+    if convergence.seq_len is not None and result.seq_len != convergence.seq_len:
+        raise UsageError(
+            convergence.name,
+            "--seq-len",
+            f"the convergence data hold at sequence length {convergence.seq_len}, not {result.seq_len}: "
+            f"run with --seq-len {convergence.seq_len}",
+        )
     name = optimizer or convergence.default_optimizer
     global_batch = result.global_batch
     target, basis = convergence.to_target(name, global_batch)

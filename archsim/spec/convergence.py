@@ -108,6 +108,8 @@ class ConvergenceSpec(Spec):
     workload: Name
     """The model, by name (``workloads/``)."""
     quality_target: str
+    seq_len: Count | None = None
+    """The sequence length the benchmark trains at (None: not a sequence model); the data hold only there."""
     dataset: Dataset
     evaluation: Evaluation
     unit: Unit

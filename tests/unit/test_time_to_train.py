@@ -257,3 +257,11 @@ def test_a_run_report_shows_the_input_bound_and_time_to_train(
     assert code == 0, err
     page = out_file.read_text()
     assert "time to train" in page and "step bound" in page and "input-bound" in page
+
+
+def test_bert_time_to_train_holds_only_at_the_benchmark_sequence_length(library: Library) -> None:
+    with pytest.raises(UsageError, match="--seq-len 512"):
+        simulate_training("dgx1", "bert-large", batch=1, seq_len=128, library=library)
+    ttt = simulate_training("dgx1", "bert-large", batch=1, seq_len=512, library=library).time_to_train
+    assert ttt is not None and ttt.epochs is None and ttt.samples > 0
+    assert ttt.evaluations == math.ceil(ttt.samples / library.convergence("bert-large").evaluation_interval_samples(8))
