@@ -354,14 +354,18 @@ class Library:
         finds ``convergence/resnet50.yaml``).
         """
         try:
-            spec: ConvergenceSpec = self.spec(self.find(["convergence"], workload))
-            return spec
+            entry = self.find(["convergence"], workload)
         except LookupFailed:
-            for entry in self.entries("convergence"):
-                if entry.data.get("workload") == workload:
-                    found: ConvergenceSpec = self.spec(entry)
-                    return found
-            raise
+            matches = [e for e in self.entries("convergence") if e.data.get("workload") == workload]
+            if not matches:
+                raise
+            entry = matches[0]
+        spec: ConvergenceSpec = self.spec(entry)
+        try:
+            self.model(spec.workload)
+        except LookupFailed as err:
+            raise SpecError(entry.source, "workload", err.problem) from None
+        return spec
 
     def model(self, name: str) -> ModelSpec:
         """A built-in workload model by name."""

@@ -265,3 +265,21 @@ def test_bert_time_to_train_holds_only_at_the_benchmark_sequence_length(library:
     ttt = simulate_training("dgx1", "bert-large", batch=1, seq_len=512, library=library).time_to_train
     assert ttt is not None and ttt.epochs is None and ttt.samples > 0
     assert ttt.evaluations == math.ceil(ttt.samples / library.convergence("bert-large").evaluation_interval_samples(8))
+
+
+def test_a_convergence_file_naming_an_unknown_workload_fails_on_workload(tmp_path: Path) -> None:
+    data = resnet_data()
+    data.update(name="bad-convergence", aliases=[], workload="resnet5")
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(SpecError, match="workload"):
+        Library([tmp_path], use_env=False).convergence("bad-convergence")
+
+
+def test_inference_flattens_at_the_input_pipeline_rate(library: Library) -> None:
+    rates = [
+        simulate_training(
+            "dgx1", "resnet50", mode="infer", batch=b, time_to_train=False, input_decode="host", library=library
+        ).throughput
+        for b in (64, 256)
+    ]
+    assert rates == [pytest.approx(4000), pytest.approx(4000)]
