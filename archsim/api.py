@@ -85,6 +85,8 @@ def simulate(
     fusion: str | Fusion = Fusion.NONE,
     recompute: bool = False,
     streaming_memory: str | StreamingMemory = StreamingMemory.NONE,
+    prompt_len: int | None = None,
+    gen_len: int | None = None,
 ) -> RunResult:
     """Replay ``workload`` on ``target`` and return the run's records.
 
@@ -98,6 +100,8 @@ def simulate(
     ``optimizer-state`` or ``all``) says what an IPU may keep in streaming memory instead of
     In-Processor Memory (:mod:`archsim.memory_fit`; other chips ignore it); a step that does not fit
     is refused with :class:`~archsim.errors.CapacityError` naming the largest batch that fits.
+    ``mode`` ``prefill`` and ``decode`` (decoder language models) take ``prompt_len`` instead of
+    ``seq_len`` and, for decode, ``gen_len`` (:mod:`archsim.workloads.decoder`; None: 128 each).
 
     ``target`` may also be a multi-chip system (``interconnect/systems/``); the keyword arguments
     then spread the workload over it (see :func:`archsim.systems.simulate_system`, where they are
@@ -111,7 +115,8 @@ def simulate(
         if value is not None and value > MAX_ARGUMENT:
             raise LimitError("", flag, f"must be at most {MAX_ARGUMENT}")
     library = library or Library(search_path)
-    options = trace_options(fusion, recompute)
+    trace_seq_len = prompt_or_sequence(mode, seq_len, prompt_len)
+    options = trace_options(fusion, recompute, gen_len)
     streaming = _choice(StreamingMemory, streaming_memory, "--streaming-memory")
     multichip = nodes is not None or pipeline_stages != 1 or microbatches is not None
     if multichip or library.find(["chip", "system"], target).kind == "system":
@@ -135,6 +140,8 @@ def simulate(
             fusion=options.fusion,
             recompute=options.recompute,
             streaming_memory=streaming,
+            prompt_len=prompt_len,
+            gen_len=gen_len,
         ).result
     resolved = resolve_target(target, library)
     chip = resolved.chip
@@ -143,8 +150,8 @@ def simulate(
     if run_precision not in chip.peak:
         supported = ", ".join(p.value for p in chip.precisions)
         raise UsageError(chip.name, "--precision", f"{run_precision.value} is not supported (supported: {supported})")
-    rebuild = rebuilder(workload, library, run_mode, run_precision, seq_len, options)
-    trace = build_trace(workload, library, run_mode, batch, run_precision, seq_len, options)
+    rebuild = rebuilder(workload, library, run_mode, run_precision, trace_seq_len, options)
+    trace = build_trace(workload, library, run_mode, batch, run_precision, trace_seq_len, options)
     trace = default_batch_trace(chip, streaming, trace, batch, rebuild)
     return run_trace(resolved, trace, library, streaming=streaming, rebuild=rebuild if "model" in trace.meta else None)
 
@@ -176,11 +183,36 @@ def default_batch_trace(
     return trace
 
 
-def trace_options(fusion: str | Fusion, recompute: bool) -> TraceOptions:
-    """The trace options of a run, checked (``--fusion``, ``--recompute``)."""
+def trace_options(fusion: str | Fusion, recompute: bool, gen_len: int | None = None) -> TraceOptions:
+    """The trace options of a run, checked (``--fusion``, ``--recompute``, ``--gen-len``)."""
     if not isinstance(recompute, bool):
         raise UsageError("", "--recompute", f"must be true or false, got {recompute!r}")
-    return TraceOptions(_choice(Fusion, fusion, "--fusion"), recompute)
+    _count(gen_len, "--gen-len")
+    return TraceOptions(_choice(Fusion, fusion, "--fusion"), recompute, gen_len)
+
+
+def _count(value: object, flag: str) -> None:
+    """Refuse a count argument that is not None or an integer in ``1 .. MAX_ARGUMENT``."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError("", flag, f"must be a positive integer, got {value!r}")
+    if value > MAX_ARGUMENT:
+        raise LimitError("", flag, f"must be at most {MAX_ARGUMENT}")
+
+
+def prompt_or_sequence(mode: str | Mode, seq_len: int | None, prompt_len: int | None) -> int | None:
+    """The sequence length a trace is built with: the prompt's in ``prefill`` and ``decode``, else ``seq_len``.
+
+    Each mode takes its own flag: ``--prompt-len`` when generating text, ``--seq-len`` otherwise.
+    """
+    _count(prompt_len, "--prompt-len")
+    generating = _choice(Mode, mode, "--mode").is_generation
+    if generating and seq_len is not None:
+        raise UsageError("", "--seq-len", "prefill and decode take the prompt's length: use --prompt-len")
+    if not generating and prompt_len is not None:
+        raise UsageError("", "--prompt-len", "is for --mode prefill and decode; other modes take --seq-len")
+    return prompt_len if generating else seq_len
 
 
 def run_trace(

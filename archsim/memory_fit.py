@@ -127,7 +127,9 @@ class Need:
 
 def trace_needs(trace: Trace) -> list[Need]:
     """The one chip of a step that runs ``trace`` whole."""
-    return [Need(f"batch {trace.batch}", trace.memory_bytes, update_only_bytes(trace.ops))]
+    kv_cache = int(trace.meta.get("kv_cache_bytes", "0"))
+    cache = f" with a {format_bytes(kv_cache)} KV cache" if kv_cache else ""
+    return [Need(f"batch {trace.batch}{cache}", trace.memory_bytes, update_only_bytes(trace.ops))]
 
 
 def one_chip_cannot_hold(chip: ChipSpec, trace: Trace) -> str | None:
@@ -195,6 +197,6 @@ def check_needs(
     )
     if remedies:
         problem += "; it fits with " + ", or ".join(remedies)
-    if trace.parameters:
+    if trace.parameters and not trace.mode.is_generation:  # generation runs data parallel only
         problem += "; more pipeline stages (--pipeline-stages, on a system) divide its weights"
     raise CapacityError(chip.name, field, problem)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from archsim import memory_fit
-from archsim.api import _choice, default_batch_trace, rebuilder, simulate, trace_options
+from archsim.api import _choice, default_batch_trace, prompt_or_sequence, rebuilder, simulate, trace_options
 from archsim.collective_run import gradient_call
 from archsim.engine.collectives import DEFAULT_CHUNK_BYTES, resolve_algorithm
 from archsim.engine.network import Lane
@@ -108,6 +108,8 @@ def simulate_system(
     fusion: str | Fusion = Fusion.NONE,
     recompute: bool = False,
     streaming_memory: str | StreamingMemory = StreamingMemory.NONE,
+    prompt_len: int | None = None,
+    gen_len: int | None = None,
 ) -> SystemRun:
     """Simulate ``workload`` on a system (or a chip) and return the result and, if ``record``, its timeline.
 
@@ -124,11 +126,13 @@ def simulate_system(
       ``overlap``: all-reduce buckets during the backward pass.
     * ``fusion``, ``recompute``: how the framework runs the graph, and ``streaming_memory`` what an
       IPU may keep in streaming memory, as in :func:`archsim.simulate`.
+    * ``prompt_len``, ``gen_len``: the ``prefill`` and ``decode`` modes' lengths, as in :func:`archsim.simulate`.
 
     A chip target with none of the multi-chip options runs as :func:`archsim.simulate` does.
     """
     library = library or Library(search_path)
-    trace_opts = trace_options(fusion, recompute)
+    trace_seq_len = prompt_or_sequence(mode, seq_len, prompt_len)
+    trace_opts = trace_options(fusion, recompute, gen_len)
     streaming = _choice(StreamingMemory, streaming_memory, "--streaming-memory")
     for flag, value in (("--nodes", nodes), ("--pipeline-stages", pipeline_stages), ("--microbatches", microbatches)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -155,6 +159,8 @@ def simulate_system(
             fusion=fusion,
             recompute=recompute,
             streaming_memory=streaming,
+            prompt_len=prompt_len,
+            gen_len=gen_len,
         )
         spans = [(layer.name, layer.start_s, layer.end_s, layer.phase) for layer in result.layers]
         timeline = (
@@ -165,6 +171,10 @@ def simulate_system(
     source = entry.source
     chip = library.chip(system.chip)
     run_mode = _choice(Mode, mode, "--mode")
+    if run_mode.is_generation and (pipeline_stages != 1 or microbatches is not None):
+        flag = "--pipeline-stages" if pipeline_stages != 1 else "--microbatches"
+        problem = "prefill and decode run data parallel only: pipelined generation is not modelled yet"
+        raise UsageError(source, flag, problem)
     run_precision = chip.default_precision if precision is None else _choice(Precision, precision, "--precision")
     if run_precision not in chip.peak:
         supported = ", ".join(p.value for p in chip.precisions)
@@ -180,7 +190,7 @@ def simulate_system(
         trace=trace_opts,
         streaming=streaming,
     )
-    return run_system(system, source, workload, run_mode, batch, run_precision, seq_len, library, options, record)
+    return run_system(system, source, workload, run_mode, batch, run_precision, trace_seq_len, library, options, record)
 
 
 def fabric_for(system: SystemSpec, library: Library, nodes: int, source: str) -> Fabric:

@@ -18,9 +18,10 @@ given, then the options that are set, in the order above; ``fusion=none``, ``rec
 
 The default set (:func:`default_runs`) is every chip on the search path with every model, in
 inference and training, then every system in training (where its links carry the gradient
-all-reduce) with one model of each architecture (the first by name: ``bert-base``, ``resnet50``),
-all at batch :data:`DEFAULT_BATCH`. It covers every cost model, both passes and every system
-description, in seconds.
+all-reduce) with one model of each architecture (the first by name: ``bert-base``, ``gpt2``,
+``resnet50``), all at batch :data:`DEFAULT_BATCH`. Of the decoder language models (a dozen, most
+too large for one chip) chips run only the first by name, ``gpt2``, as systems do. It covers every
+cost model, both passes and every system description, in seconds.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from archsim.errors import ArchsimError, UsageError
 from archsim.limits import MAX_ARGUMENT
 from archsim.spec.common import Fusion, Precision, StreamingMemory
 from archsim.spec.library import Library
+from archsim.spec.model import Architecture
 from archsim.workloads.trace import Mode
 
 DEFAULT_BATCH = 2
@@ -183,7 +185,10 @@ def default_runs(library: Library) -> list[RunSpec]:
     first_per_architecture: dict[str, str] = {}
     for name in models:
         first_per_architecture.setdefault(library.model(name).architecture.value, name)
-    workloads = {"chip": models, "system": sorted(first_per_architecture.values())}
+    first = set(first_per_architecture.values())
+    decoder = Architecture.DECODER
+    models = [name for name in models if name in first or library.model(name).architecture is not decoder]
+    workloads = {"chip": models, "system": sorted(first)}
     return [
         RunSpec(entry.name, workload, mode.value, DEFAULT_BATCH)
         for kind, modes in DEFAULT_MODES.items()

@@ -77,6 +77,8 @@ def simulate_args(args: argparse.Namespace) -> RunResult:
         fusion=args.fusion,
         recompute=args.recompute,
         streaming_memory=args.streaming_memory,
+        prompt_len=args.prompt_len,
+        gen_len=args.gen_len,
     )
     if args.timeline is not None:
         write_timeline(run.timeline, args.timeline)
@@ -89,7 +91,7 @@ def scaling_line(result: RunResult) -> str:
         return f"scaling       n/a: {result.scaling_note}"
     return (
         f"scaling       {100 * result.scaling_efficiency:.1f}% of {result.num_chips} x one chip "
-        f"({result.single_chip_throughput:.1f} samples/s alone)"
+        f"({result.single_chip_throughput:.1f} {result.throughput_unit} alone)"
     )
 
 

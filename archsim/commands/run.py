@@ -16,6 +16,7 @@ from archsim.spec.common import Precision
 from archsim.spec.library import Library
 from archsim.units import format_time
 from archsim.workloads.chakra import ChakraTrace, is_chakra, read_chakra
+from archsim.workloads.trace import Mode
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -23,7 +24,12 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     parser = sub.add_parser("run", parents=[common], help="simulate a workload on a target")
     parser.add_argument("target", help="chip name, alias or YAML path (or a SCALE-Sim CONFIG.cfg)")
     parser.add_argument("workload", help="model name, trace file or gemm:MxNxK (or a SCALE-Sim TOPOLOGY.csv)")
-    parser.add_argument("--mode", choices=["train", "infer"], default="infer")
+    parser.add_argument(
+        "--mode",
+        choices=[m.value for m in Mode],
+        default="infer",
+        help="train, infer, or for decoder language models prefill (the prompt) and decode (one new token)",
+    )
     parser.add_argument("--batch", type=positive_int, default=None, help="per-chip batch (default: the model's)")
     parser.add_argument(
         "--precision",
@@ -31,7 +37,13 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         default=None,
         help="operand precision (default: the chip's, fp16 or bf16 on TPUs)",
     )
-    parser.add_argument("--seq-len", type=positive_int, default=None, help="sequence length (BERT)")
+    parser.add_argument("--seq-len", type=positive_int, default=None, help="sequence length (BERT, decoders)")
+    parser.add_argument(
+        "--prompt-len", type=positive_int, default=None, help="prefill and decode: prompt tokens per sequence (128)"
+    )
+    parser.add_argument(
+        "--gen-len", type=positive_int, default=None, help="decode: tokens generated per sequence (128)"
+    )
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
     add_trace_arguments(parser)
     add_memory_argument(parser)
@@ -43,11 +55,20 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Simulate and print (a SCALE-Sim ``CONFIG.cfg TOPOLOGY.csv`` pair runs as ``archsim scalesim``)."""
     if scalesim.is_scalesim_pair(args.target, args.workload):
-        if args.mode != "infer" or args.batch or args.precision or args.seq_len or args.recompute:
+        if (
+            args.mode != "infer"
+            or args.batch
+            or args.precision
+            or args.seq_len
+            or args.recompute
+            or args.prompt_len
+            or args.gen_len
+        ):
             raise UsageError(
                 args.target,
                 "",
-                "--mode, --batch, --precision, --seq-len and --recompute do not apply to SCALE-Sim files",
+                "--mode, --batch, --precision, --seq-len, --prompt-len, --gen-len and --recompute do not apply "
+                "to SCALE-Sim files",
             )
         if args.fusion != "none":
             raise UsageError(args.target, "--fusion", "does not apply to SCALE-Sim files")
@@ -76,6 +97,8 @@ def _run_chakra(args: argparse.Namespace, chakra: ChakraTrace) -> int:
         args.mode != "infer"
         or args.batch
         or args.seq_len
+        or args.prompt_len
+        or args.gen_len
         or args.nodes
         or args.pipeline_stages != 1
         or args.fusion != "none"

@@ -28,7 +28,7 @@ from archsim.memory_fit import capacity_bytes, capacity_technology, split_bytes
 from archsim.models.base import Bound
 from archsim.results.training import InputRecord, TimeToTrainRecord
 from archsim.spec.chip import ChipSpec
-from archsim.workloads.trace import Op, Phase, Trace
+from archsim.workloads.trace import Mode, Op, Phase, Trace
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +140,8 @@ class RunResult:
     num_chips: int
     step_time_s: float
     throughput: float
-    """Samples (images, sequences) per second for the whole target, in :attr:`throughput_unit`."""
+    """Samples (images, sequences) per second for the whole target; tokens per second in the
+    ``prefill`` and ``decode`` modes (``throughput_unit`` says which)."""
     flops: int
     """FLOPs of one step, all chips together."""
     utilization: float
@@ -192,6 +193,19 @@ class RunResult:
     normalized throughputs they would give are None, and shown as ``not published``."""
     throughput_unit: str = field(default="samples/s", kw_only=True)
     """What :attr:`throughput` counts per second, from the workload (see :func:`throughput_unit`)."""
+    tokens_per_s: float | None = field(default=None, kw_only=True)
+    """Tokens per second, whole target: prompt tokens processed (prefill), new tokens generated
+    (decode); None in other modes."""
+    ttft_s: float | None = field(default=None, kw_only=True)
+    """Prefill: time to first token, the step time (the prompt's forward pass); None otherwise."""
+    tpot_s: float | None = field(default=None, kw_only=True)
+    """Decode: time per output token, the step time (one token per sequence at the mean context)."""
+    prompt_len: int | None = field(default=None, kw_only=True)
+    gen_len: int | None = field(default=None, kw_only=True)
+    """Decode: tokens generated per sequence (the mean context and the KV cache follow from it)."""
+    kv_cache_bytes: int = field(default=0, kw_only=True)
+    """Bytes of the KV cache per chip, part of ``memory_bytes`` (prefill: the prompt's; decode: prompt
+    and generated tokens)."""
     input_pipeline: InputRecord | None = field(default=None, kw_only=True)
     """The input pipeline of the step, when the run models it (``--input-decode``)."""
     time_to_train: TimeToTrainRecord | None = field(default=None, kw_only=True)
@@ -224,9 +238,11 @@ class RunResult:
 def throughput_unit(trace: Trace) -> str:
     """What a run of ``trace`` counts per second, e.g. ``sequences/s``.
 
-    The trace's ``meta["sample"]`` when it names one (a decode step's ``token``), else ``sequence`` for a
-    workload with a sequence length, else ``sample``.
+    ``tokens/s`` in the ``prefill`` and ``decode`` modes; else the trace's ``meta["sample"]`` when it
+    names one, else ``sequence`` for a workload with a sequence length, else ``sample``.
     """
+    if trace.mode.is_generation:
+        return "tokens/s"
     sample = trace.meta.get("sample") or ("sequence" if trace.seq_len is not None else "sample")
     return f"{sample}s/s"
 
@@ -240,6 +256,31 @@ def _ratio(throughput: float, linear: float) -> float:
     """Throughput over linear scaling; a rounding residue above 1 (same ops summed in another order) is cut."""
     ratio = throughput / linear
     return 1.0 if 1.0 < ratio <= 1.0 + 1e-9 else ratio
+
+
+def tokens_per_sample(trace: Trace) -> int:
+    """What one sample counts for in ``throughput``.
+
+    Its prompt's tokens (prefill), its one new token (decode), or 1 (a sample, in the other modes).
+    """
+    if trace.mode is Mode.PREFILL and trace.seq_len is not None:
+        return trace.seq_len
+    return 1
+
+
+def generation_fields(trace: Trace, throughput: float, step_time_s: float) -> dict[str, Any]:
+    """The text-generation fields of a record (prefill and decode; empty otherwise)."""
+    if not trace.mode.is_generation:
+        return {}
+    decode = trace.mode is Mode.DECODE
+    return {
+        "tokens_per_s": throughput,
+        "ttft_s": None if decode else step_time_s,
+        "tpot_s": step_time_s if decode else None,
+        "prompt_len": trace.seq_len,
+        "gen_len": int(trace.meta["gen_len"]) if decode else None,
+        "kv_cache_bytes": int(trace.meta.get("kv_cache_bytes", "0")),
+    }
 
 
 def memory_fields(chip: ChipSpec, needed: int) -> dict[str, Any]:
@@ -270,7 +311,7 @@ def build_result(
     for t in timings:
         by_bound[t.cost.bound.value] += t.end_s - t.start_s
     samples = trace.batch * num_chips
-    throughput = samples / step_time_s
+    throughput = samples * tokens_per_sample(trace) / step_time_s
     flops = trace.flops * num_chips
     peak = chip.peak_flops(trace.precision) * num_chips
     per_chip = throughput / num_chips
@@ -291,6 +332,7 @@ def build_result(
         step_overhead_s=step_overhead_s,
         time_by_bound=by_bound,
         **memory_fields(chip, trace.memory_bytes),
+        **generation_fields(trace, throughput, step_time_s),
         global_batch=samples,
         single_chip_throughput=per_chip,
         throughput_unit=throughput_unit(trace),
@@ -343,9 +385,9 @@ def build_system_result(
     replica_flops = (trace.flops - update_flops) * microbatches + update_flops
     flops = replica_flops * data_parallel
     samples = batch * data_parallel
-    throughput = samples / step_time_s
+    throughput = samples * tokens_per_sample(trace) / step_time_s
     per_chip = throughput / num_chips
-    single = None if single_chip_step_s is None else batch / single_chip_step_s
+    single = None if single_chip_step_s is None else batch * tokens_per_sample(trace) / single_chip_step_s
     return RunResult(
         target=target,
         workload=trace.name,
@@ -363,6 +405,7 @@ def build_system_result(
         step_overhead_s=step_overhead_s,
         time_by_bound=by_bound,
         **memory_fields(chip, memory_bytes),
+        **generation_fields(trace, throughput, step_time_s),
         system=system,
         nodes=nodes,
         data_parallel=data_parallel,

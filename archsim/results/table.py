@@ -32,7 +32,23 @@ def summary_lines(result: RunResult) -> list[str]:
             else ""
         ),
         f"op time by bound: {bounds}",
+        *generation_lines(result),
     ]
+
+
+def generation_lines(result: RunResult) -> list[str]:
+    """Prefill and decode: time to first token or per output token, and the KV cache (none otherwise)."""
+    if result.tokens_per_s is None:
+        return []
+    if result.ttft_s is not None:
+        latency = f"time to first token {format_time(result.ttft_s)} (prompt of {result.prompt_len} tokens)"
+    else:
+        assert result.tpot_s is not None
+        latency = (
+            f"time per output token {format_time(result.tpot_s)} (prompt {result.prompt_len}, "
+            f"{result.gen_len} generated: one step at the mean context)"
+        )
+    return [f"generation    {latency}", f"kv cache      {format_bytes(result.kv_cache_bytes)} of the memory used"]
 
 
 def layer_table(result: RunResult) -> list[str]:

@@ -3,9 +3,11 @@
 Published measurements, each mapped to the archsim run that predicts it.
 
 A row names a target, a workload and its settings (those of the published run: batch, precision,
-sequence length, gradient accumulation as ``microbatches`` on a system, the framework's ``fusion``
-and ``recompute``), which metric was measured (``throughput`` of the
-whole target in samples/s, or ``op_time``: the time of the op of ``phase`` in the run, in ms), the
+sequence length -- the prompt's, for a ``prefill`` or ``decode`` run, with ``gen_len`` --, gradient
+accumulation as ``microbatches`` on a system, the framework's ``fusion`` and ``recompute``), which
+metric was measured (``throughput`` of the whole target in samples/s; ``op_time``: the time of the op
+of ``phase`` in the run, in ms; ``op_rate``: that op's FLOPs over its time, in TFLOP/s; ``ttft``: a
+prefill run's time to first token, in ms), the
 published value with its unit and source, and the group it belongs to (``operator``, ``single_chip``,
 ``multi_chip``). The table states the error tolerance of each group.
 """
@@ -45,9 +47,21 @@ class Metric(enum.StrEnum):
 
     THROUGHPUT = "throughput"
     OP_TIME = "op_time"
+    OP_RATE = "op_rate"
+    TTFT = "ttft"
+
+    @property
+    def per_op(self) -> bool:
+        """True for the metrics read off the op of one ``phase``."""
+        return self in (Metric.OP_TIME, Metric.OP_RATE)
 
 
-UNITS = {Metric.THROUGHPUT: ("img/s", "seq/s"), Metric.OP_TIME: ("ms",)}
+UNITS = {
+    Metric.THROUGHPUT: ("img/s", "seq/s"),
+    Metric.OP_TIME: ("ms",),
+    Metric.OP_RATE: ("TFLOP/s",),
+    Metric.TTFT: ("ms",),
+}
 
 
 class Row(Spec):
@@ -57,9 +71,12 @@ class Row(Spec):
     group: Group
     target: str
     workload: str
-    mode: Literal["train", "infer"]
+    mode: Literal["train", "infer", "prefill", "decode"]
     batch: Count | None = None
     seq_len: Count | None = None
+    """The sequence length; the prompt's in ``prefill`` and ``decode`` rows."""
+    gen_len: Count | None = None
+    """Tokens generated per sequence, for ``decode`` rows."""
     precision: Precision
     microbatches: Count | None = None
     """On a system: microbatches per step and replica (gradient accumulation), as ``--microbatches``."""
@@ -83,8 +100,12 @@ class Row(Spec):
         if self.unit not in UNITS[self.metric]:
             allowed = ", ".join(UNITS[self.metric])
             raise ValueError(f"unit {self.unit!r} does not fit metric {self.metric.value} ({allowed})")
-        if (self.metric is Metric.OP_TIME) != (self.phase is not None):
-            raise ValueError("phase is required with metric op_time and only there")
+        if self.metric.per_op != (self.phase is not None):
+            raise ValueError("phase is required with metrics op_time and op_rate and only there")
+        if (self.metric is Metric.TTFT) != (self.mode == "prefill"):
+            raise ValueError("metric ttft is the metric of prefill rows")
+        if self.gen_len is not None and self.mode != "decode":
+            raise ValueError("gen_len applies to decode rows only")
         if self.published <= 0:
             raise ValueError(f"published must be positive, got {self.published}")
         if self.recompute and self.mode != "train":
@@ -93,8 +114,9 @@ class Row(Spec):
 
     @property
     def published_si(self) -> float:
-        """The published value in SI units: samples/s, or seconds."""
-        return self.published / 1e3 if self.unit == "ms" else float(self.published)
+        """The published value in SI units: samples/s, seconds, or FLOP/s."""
+        scale = {"ms": 1e-3, "TFLOP/s": 1e12}.get(self.unit, 1.0)
+        return self.published * scale
 
 
 class ValidationSpec(Spec):

@@ -50,7 +50,7 @@ class RowResult:
 
     row: Row
     predicted: float
-    """Prediction in the row's unit (samples/s or ms)."""
+    """Prediction in the row's unit (samples/s, ms or TFLOP/s)."""
     tolerance: float
 
     @property
@@ -98,6 +98,7 @@ class ValidationReport:
                     "mode": r.row.mode,
                     "batch": r.row.batch,
                     "seq_len": r.row.seq_len,
+                    "gen_len": r.row.gen_len,
                     "precision": r.row.precision.value,
                     "microbatches": r.row.microbatches,
                     "fusion": r.row.fusion.value,
@@ -125,7 +126,7 @@ class ValidationReport:
 def prepare(row: Row, library: Library) -> Prepared:
     """Resolve a row's target and build its trace (done once per row)."""
     mode, precision = Mode(row.mode), Precision(row.precision)
-    options = TraceOptions(row.fusion, row.recompute)
+    options = TraceOptions(row.fusion, row.recompute, row.gen_len)
     entry = library.find(["chip", "system"], row.target)
     if entry.kind == "system":
         system = library.system(row.target)
@@ -147,10 +148,16 @@ def measure(row: Row, result: RunResult) -> float:
     """The row's metric read off a run, in the row's unit."""
     if row.metric is Metric.THROUGHPUT:
         return result.throughput
-    times = [layer.end_s - layer.start_s for layer in result.layers if layer.phase == row.phase]
-    if not times:
+    if row.metric is Metric.TTFT:
+        assert result.ttft_s is not None  # a prefill row (checked by the row's validator)
+        return 1e3 * result.ttft_s
+    layers = [layer for layer in result.layers if layer.phase == row.phase]
+    if not layers:
         raise SpecError(row.id, "phase", f"the run has no op of phase {row.phase!r}")
-    return 1e3 * sum(times)
+    seconds = sum(layer.end_s - layer.start_s for layer in layers)
+    if row.metric is Metric.OP_RATE:
+        return sum(layer.flops for layer in layers) / seconds / 1e12
+    return 1e3 * seconds
 
 
 def predict(prepared: Prepared, library: Library, efficiencies: Mapping[Family, Efficiency] | None = None) -> float:

@@ -11,7 +11,8 @@ Public interface:
   (:func:`from_torch`, :mod:`~archsim.workloads.torch_import`) and Chakra execution traces
   (``*.et``, :mod:`~archsim.workloads.chakra`) as workloads.
 
-Network graphs live in :mod:`~archsim.workloads.resnet` and :mod:`~archsim.workloads.bert`, the
+Network graphs live in :mod:`~archsim.workloads.resnet`, :mod:`~archsim.workloads.bert` and
+:mod:`~archsim.workloads.decoder` (language models, also in ``prefill`` and ``decode`` modes), the
 generic training derivation in :mod:`~archsim.workloads.training`, memory estimates in
 :mod:`~archsim.workloads.memory`. Every problem with the input raises an
 :class:`~archsim.errors.ArchsimError` (``UsageError``, ``SpecError`` or ``LookupFailed``).
@@ -32,7 +33,9 @@ from archsim.spec.model import Architecture, ModelSpec
 from archsim.workloads.bert import bert_graph
 from archsim.workloads.chakra import is_chakra, read_chakra
 from archsim.workloads.conv import conv_graph, is_conv
+from archsim.workloads.decoder import DEFAULT_GEN_LEN, DEFAULT_PROMPT_LEN, decoder_graph
 from archsim.workloads.gemm import gemm_graph, is_gemm
+from archsim.workloads.graph import ForwardGraph
 from archsim.workloads.memory import finish_trace
 from archsim.workloads.onnx_import import is_onnx
 from archsim.workloads.options import TraceOptions
@@ -68,7 +71,14 @@ def _model_trace(
     if batch is None:
         batch = spec.default_batch.train if mode is Mode.TRAIN else spec.default_batch.infer
     meta = {"model": spec.name, "architecture": spec.architecture.value}
-    if spec.architecture is Architecture.BERT and spec.bert is not None:
+    if mode.is_generation and spec.architecture is not Architecture.DECODER:
+        problem = f"{mode.value} generates text: decoder language models only, not {spec.name}"
+        raise UsageError(source, "--mode", problem)
+    if options.gen_len is not None and mode is not Mode.DECODE:
+        raise UsageError(source, "--gen-len", "sets the tokens a decode run generates: --mode decode only")
+    if spec.architecture is Architecture.DECODER and spec.decoder is not None:
+        seq_len, graph, meta = _decoder_graph(spec, source, mode, batch, precision, seq_len, options.gen_len, meta)
+    elif spec.architecture is Architecture.BERT and spec.bert is not None:
         limit = spec.bert.max_position
         if seq_len is None:
             seq_len = spec.bert.default_seq_len
@@ -81,6 +91,37 @@ def _model_trace(
         graph = resnet_graph(spec, mode, batch, precision)
     graph = replace(graph, meta=meta)
     return finish_trace(graph, mode, batch, seq_len, spec.optimizer, options)
+
+
+def _decoder_graph(
+    spec: ModelSpec,
+    source: str,
+    mode: Mode,
+    batch: int,
+    precision: Precision,
+    seq_len: int | None,
+    gen_len: int | None,
+    meta: dict[str, str],
+) -> tuple[int, ForwardGraph, dict[str, str]]:
+    """A decoder's sequence (or prompt) length, forward graph and trace meta for ``mode``."""
+    assert spec.decoder is not None
+    limit = spec.decoder.max_position
+    generated = 0
+    if mode.is_generation:
+        seq_len = DEFAULT_PROMPT_LEN if seq_len is None else seq_len
+        if mode is Mode.DECODE:
+            generated = DEFAULT_GEN_LEN if gen_len is None else gen_len
+            meta["gen_len"] = str(generated)
+    elif seq_len is None:
+        seq_len = spec.decoder.default_seq_len
+    if seq_len + generated > limit:
+        what = f"{seq_len} prompt + {generated} generated tokens" if generated else f"{seq_len} tokens"
+        flag = "--prompt-len" if mode.is_generation else "--seq-len"
+        raise UsageError(source, flag, f"{what} exceed {spec.name}'s max_position of {limit}")
+    graph = decoder_graph(spec, mode, batch, seq_len, precision, generated)
+    if mode.is_generation:
+        meta["kv_cache_bytes"] = str(graph.kv_cache_bytes)
+    return seq_len, graph, meta
 
 
 def _file_trace(
@@ -113,7 +154,9 @@ def build_trace(
     YAML file, or an inline ``gemm:MxNxK`` / ``gemm:BxMxNxK``. ``batch`` is per chip; None means
     the model's ``default_batch`` for ``mode`` (an inline GEMM's batch is 1 and any other value is
     an error: a batched GEMM puts it in the shape). ``seq_len`` is for sequence models only; None
-    means the model's ``default_seq_len``, and more than ``max_position`` is an error. A trace file
+    means the model's ``default_seq_len``, and more than ``max_position`` is an error. ``prefill`` and
+    ``decode`` (decoder language models only) take the prompt's length as ``seq_len`` (None: 128) and
+    ``options.gen_len`` (decode; None: 128), prompt and generation within ``max_position``. A trace file
     is returned as stored: its mode and precision must equal those asked, and its batch and
     sequence length must equal ``batch`` and ``seq_len`` unless those are None. ``options`` (fusion,
     recomputation; :class:`~archsim.workloads.options.TraceOptions`) apply to every workload that is
@@ -149,6 +192,12 @@ def _build(
         raise UsageError(workload, "--recompute", "recomputes activations for the backward pass: training only")
     _positive(batch, "--batch", workload)
     _positive(seq_len, "--seq-len", workload)
+    _positive(options.gen_len, "--gen-len", workload)
+    if (mode.is_generation or options.gen_len is not None) and any(
+        inline(workload) for inline in (is_gemm, is_conv, is_onnx, is_chakra)
+    ):
+        flag = "--mode" if mode.is_generation else "--gen-len"
+        raise UsageError(workload, flag, "prefill and decode generate text: decoder language models only")
     if is_gemm(workload):
         if batch not in (None, 1):
             raise UsageError(
@@ -195,10 +244,12 @@ def _build(
 
 
 def _built_already(source: str, options: TraceOptions) -> None:
-    """A trace file keeps the fusion and recomputation it was built with."""
+    """A trace file keeps the fusion, recomputation and generation length it was built with."""
     if not options.is_default:
         flag = "--recompute" if options.recompute else "--fusion"
         raise UsageError(source, flag, "a trace file is already built; fuse or recompute when building it")
+    if options.gen_len is not None:
+        raise UsageError(source, "--gen-len", "a trace file is already built for its generation length")
 
 
 def microbatch_trace(

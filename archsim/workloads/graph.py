@@ -48,6 +48,11 @@ ELEMENT_FLOPS: Mapping[str, tuple[int, int]] = {
     "norm_infer": (2, 0),  # batchnorm with running statistics: one fused scale-shift
     "loss": (5, 5),  # softmax cross-entropy per logit; backward recomputes softmax, subtracts one-hot
     "gather": (0, 1),  # index copy; backward scatter-adds
+    "rmsnorm": (4, 8),  # square, sum, fused rsqrt scale and gain; backward about twice forward
+    "rotary": (3, 3),  # x cos + rotate(x) sin per element; backward rotates by the opposite angle
+    "silu_mul": (5, 8),  # gate * sigmoid(gate) * up (exp, add, divide, two multiplies); backward both inputs
+    "router": (6, 5),  # softmax over the experts' logits plus a compare per logit for the top-k
+    "combine": (2, 2),  # per routed copy: gate * expert output, summed over the top-k
 }
 """(forward, backward) FLOPs per element of each non-matrix operation, per output element unless
 the builder says otherwise."""
@@ -92,6 +97,8 @@ class ForwardGraph:
     grad_inputs: frozenset[str] = frozenset()
     grad_outputs: frozenset[str] = frozenset()
     meta: Mapping[str, str] = field(default_factory=dict)
+    kv_cache_bytes: int = 0
+    """Bytes of a generation's KV cache at its longest, held beside the weights (prefill, decode)."""
 
     def rule(self, index: int) -> BackwardRule:
         """The backward rule of forward op ``index`` (the loss is index ``len(ops)``)."""
@@ -182,6 +189,7 @@ class GraphBuilder:
         grad_inputs: frozenset[str] = frozenset(),
         grad_outputs: frozenset[str] = frozenset(),
         meta: Mapping[str, str] | None = None,
+        kv_cache_bytes: int = 0,
     ) -> ForwardGraph:
         """The finished forward graph."""
         return ForwardGraph(
@@ -195,6 +203,7 @@ class GraphBuilder:
             grad_inputs=grad_inputs,
             grad_outputs=grad_outputs,
             meta=dict(meta or {}),
+            kv_cache_bytes=kv_cache_bytes,
         )
 
     def loss_op(

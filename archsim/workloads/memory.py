@@ -2,9 +2,10 @@
 
 * Persistent in both modes: weights (``parameters * precision.bytes``) and buffers (the distinct
   :attr:`Role.STATE` tensors the forward ops read, e.g. batchnorm running statistics).
-* Inference adds the peak of live activations: a tensor is live from the op that writes it (or first
-  reads it, for a network input) through the last op that reads it, ops running one at a time in
-  trace order. This bounds the activation memory of a sequential schedule from above.
+* Inference adds the peak of live activations (and, generating text, the KV cache): a tensor is live
+  from the op that writes it (or first reads it, for a network input) through the last op that reads
+  it, ops running one at a time in trace order. This bounds the activation memory of a sequential
+  schedule from above.
 * Training adds parameter gradients (run precision), fp32 master weights (when the run precision is
   narrower than fp32 and there is an optimizer), the optimizer state, the saved activations (every
   forward tensor a backward op reads, counted once at its full size; an in-place ReLU's input is
@@ -91,8 +92,12 @@ def peak_live_bytes(ops: Sequence[Op]) -> int:
 
 
 def inference_memory(graph: ForwardGraph) -> int:
-    """Weights, buffers and the peak of live activations of the forward ops."""
-    return persistent_bytes(graph) + peak_live_bytes(graph.ops)
+    """Weights, buffers, the peak of live activations of the forward ops and a generation's KV cache.
+
+    The cache (:attr:`ForwardGraph.kv_cache_bytes`) is counted whole beside the live activations, so
+    the one layer's keys and values an op is reading are counted twice: an upper bound.
+    """
+    return persistent_bytes(graph) + peak_live_bytes(graph.ops) + graph.kv_cache_bytes
 
 
 def _transient_bytes(ops: Iterable[Op], saved: frozenset[str]) -> int:

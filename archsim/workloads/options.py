@@ -19,8 +19,11 @@ class TraceOptions:
     recompute: bool = False
     """Activation checkpointing: keep checkpoints, run forward ops again in the backward pass
     (:mod:`archsim.workloads.training`)."""
+    gen_len: int | None = None
+    """``decode`` runs only: tokens generated per sequence after the prompt (None: the default,
+    :data:`archsim.workloads.decoder.DEFAULT_GEN_LEN`); sets the KV cache and the mean context."""
 
     @property
     def is_default(self) -> bool:
-        """True when the options leave the graph as written."""
-        return self == TraceOptions()
+        """True when the options leave the graph as written (fusion and recomputation)."""
+        return self.fusion is Fusion.NONE and not self.recompute

@@ -182,6 +182,8 @@ def from_torch(
     except ImportError:
         raise UsageError("torch", "", "from_torch needs PyTorch: pip install 'archsim[torch]'") from None
     run_mode, run_precision = Mode(mode), Precision(precision)
+    if run_mode.is_generation:  # a KV cache and one-token steps come from a decoder description
+        raise UsageError("torch", "mode", "prefill and decode are for decoder language models (workloads/*.yaml)")
     module = module.train(run_mode is Mode.TRAIN) if run_mode is Mode.TRAIN else module.eval()
     try:
         exported = torch.export.export(module, tuple(example_inputs)).run_decompositions()

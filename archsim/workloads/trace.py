@@ -73,10 +73,22 @@ class Phase(enum.StrEnum):
 
 
 class Mode(enum.StrEnum):
-    """Training replays forward, backward and update; inference replays forward only."""
+    """Training replays forward, backward and update; inference replays forward only.
+
+    ``prefill`` and ``decode`` are the two phases of generating text with a decoder language model
+    (:mod:`archsim.workloads.decoder`): the forward pass over the prompt, which fills the KV cache,
+    and one step that produces one new token per sequence from the KV cache. Both are forward only.
+    """
 
     TRAIN = "train"
     INFER = "infer"
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+    @property
+    def is_generation(self) -> bool:
+        """True for the modes of text generation (prefill, decode), which count tokens, not samples."""
+        return self in (Mode.PREFILL, Mode.DECODE)
 
 
 class Role(enum.StrEnum):

@@ -3,7 +3,7 @@
 Matrix FLOPs are linear in the batch (every product has the batch in one dimension); attention
 FLOPs (``Q @ K^T`` and ``probs @ V``, forward and backward) are quadratic in the sequence length;
 a training step's matrix FLOPs are three times the forward's (BERT) or three times less the stem's
-data gradient (ResNet, whose image needs none).
+data gradient (ResNet, whose image needs none); a decoder's are its closed form in every mode.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 from archsim.spec.common import Precision
 from archsim.spec.library import Library
 from archsim.workloads import build_trace
+from archsim.workloads.decoder import matrix_flops
+from archsim.workloads.options import TraceOptions
 from archsim.workloads.trace import Mode, Op, Phase
 
 LIBRARY = Library(use_env=False)
@@ -21,7 +23,7 @@ BASE = LIBRARY.model("bert-base")
 assert BASE.bert is not None
 LAYERS, HIDDEN = BASE.bert.layers, BASE.bert.hidden
 
-modes = st.sampled_from(list(Mode))
+modes = st.sampled_from([Mode.TRAIN, Mode.INFER])  # prefill and decode are for decoders only
 precisions = st.sampled_from(list(Precision))
 
 
@@ -83,3 +85,24 @@ def test_memory_grows_with_batch(batch: int, mode: Mode, precision: Precision) -
     large = build_trace("resnet50", LIBRARY, mode, batch + 1, precision, None)
     assert small.memory_bytes < large.memory_bytes
     assert small.memory_bytes > small.parameters * precision.bytes
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    name=st.sampled_from(["gpt2", "gpt3-125m", "llama2-7b", "llama3-8b", "mixtral-8x7b"]),
+    mode=st.sampled_from(list(Mode)),
+    batch=st.integers(1, 8),
+    seq=st.integers(1, 512),
+    gen=st.integers(1, 256),
+)
+def test_decoder_matrix_flops_are_the_closed_form(name: str, mode: Mode, batch: int, seq: int, gen: int) -> None:
+    cfg = LIBRARY.model(name).decoder
+    assert cfg is not None
+    options = TraceOptions(gen_len=gen if mode is Mode.DECODE else None)
+    trace = build_trace(name, LIBRARY, mode, batch, Precision.BF16, seq, options)
+    queries, context = (1, seq + (gen + 1) // 2) if mode is Mode.DECODE else (seq, seq)
+    closed = matrix_flops(cfg, mode, batch, queries, context)
+    if cfg.moe is None or (batch * queries * cfg.moe.top_k) % cfg.moe.experts == 0:
+        assert matrix(trace.ops, None) == closed
+    else:  # the experts' buffers round up to whole tokens: at most one token per expert more
+        assert closed < matrix(trace.ops, None)

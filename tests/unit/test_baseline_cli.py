@@ -93,13 +93,13 @@ def test_default_set_reports_added_runs_and_failures(
     monkeypatch.setattr(baseline_runs, "DEFAULT_MODES", {"chip": (Mode.INFER,)})
     code, out, _ = cli(capsys, "baseline", "save", "default")
     assert code == 0
-    assert out.startswith("saved 36 runs")
+    assert out.startswith("saved 48 runs")  # 12 chips x 4 models (bert-base, bert-large, gpt2, resnet50)
     assert cli(capsys, "baseline", "check", "default")[0] == 0
     monkeypatch.setattr(baseline_runs, "DEFAULT_MODES", {"chip": (Mode.INFER, Mode.TRAIN)})
     code, out, _ = cli(capsys, "baseline", "check", "default")
     assert code == 1
     assert "added    v100-16gb:resnet50:mode=train,batch=2 (not in the baseline)" in out
-    assert "36 of 72 runs differ" in out
+    assert "48 of 96 runs differ" in out
 
 
 def test_a_run_that_fails_now_is_reported(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:

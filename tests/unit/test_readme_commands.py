@@ -4,7 +4,9 @@ The README's fenced code blocks are parsed, so a command added to it is tested w
 file:
 
 * a concrete ``archsim ...`` line runs (in-process, in a temporary working directory) and must exit 0
-  with no traceback; :data:`SMALL` makes the few slow ones small, each with its reason;
+  with no traceback; :data:`SMALL` makes the few slow ones small, each with its reason; a ``$ archsim``
+  line whose next line shows ``archsim: error: ...`` is a documented refusal: it must exit 2 printing
+  exactly that line;
 * a synopsis line (with placeholders: ``TARGET``, ``[--batch N]``, ``a|b``, ``...``) names
   subcommands and options: each subcommand's ``--help`` must exist and list every option shown;
 * a ``python`` block runs in a fresh interpreter (its zero-argument ``test_*`` functions are called);
@@ -67,7 +69,7 @@ def blocks(text: str, languages: tuple[str, ...]) -> list[str]:
     found: list[str] = []
     language: str | None = None  # None: outside a block
     body: list[str] = []
-    for line in text.splitlines():
+    for line in (raw.strip() if raw.lstrip().startswith("```") else raw for raw in text.splitlines()):
         if line.startswith("```"):
             if language is None:
                 language, body = line[3:].strip(), []
@@ -82,15 +84,23 @@ def blocks(text: str, languages: tuple[str, ...]) -> list[str]:
 
 def shell_lines(text: str) -> list[str]:
     """The command lines of the README's shell blocks: ``&&`` split, comments cut, continuations joined."""
-    lines: list[str] = []
+    return [command for command, _ in _shell_commands(text)]
+
+
+def _shell_commands(text: str) -> list[tuple[str, str | None]]:
+    """Each command line with the ``archsim: error: ...`` line shown right after it, if any."""
+    lines: list[tuple[str, str | None]] = []
     for block in blocks(text, SHELL):
         command = False  # whether the line before was a command, which an indented line continues
         for raw in block.splitlines():
             line = re.sub(r"\s+#.*", "", re.sub(r"^\$ ", "", raw)).rstrip()  # a "$ " prompt shows a command
             if command and raw.startswith(" ") and line.strip():
-                lines[-1] += " " + line.strip()
-            elif COMMAND.match(line):
-                lines.extend(part.strip() for part in line.split("&&"))
+                lines[-1] = (lines[-1][0] + " " + line.strip(), None)
+            elif command and raw.startswith("archsim: error: "):  # the refusal the command above shows
+                lines[-1] = (lines[-1][0], raw)
+                command = False
+            elif COMMAND.match(line) and not raw.startswith("archsim:"):
+                lines.extend((part.strip(), None) for part in line.split("&&"))
                 command = True
             else:
                 command = False  # output or prose
@@ -98,6 +108,8 @@ def shell_lines(text: str) -> list[str]:
 
 
 COMMANDS = shell_lines(_readme())
+REFUSALS = {command: error for command, error in _shell_commands(_readme()) if error is not None}
+"""Commands the README shows refused, with the one line each prints."""
 ARCHSIM = [c for c in COMMANDS if c.startswith("archsim") and not c.startswith(tuple(CANNOT_RUN))]
 CONCRETE = sorted({c for c in ARCHSIM if not PLACEHOLDER.search(c)})
 SYNOPSES = sorted({c for c in ARCHSIM if PLACEHOLDER.search(c)})
@@ -131,8 +143,11 @@ def test_command_runs(
     except SystemExit as stop:  # --version and --help exit through argparse
         code = stop.code if isinstance(stop.code, int) else 1
     out, err = capsys.readouterr()
-    assert code == 0, err
     assert "Traceback" not in out + err
+    if command in REFUSALS:
+        assert (code, err.strip()) == (2, REFUSALS[command])
+        return
+    assert code == 0, err
     assert out.strip() or any(tmp_path.iterdir()), "the command printed and wrote nothing"
 
 

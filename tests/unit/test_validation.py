@@ -77,6 +77,9 @@ def test_in_scope_mape_leaves_out_rows_known_outside(tmp_path: Path, library: Li
         ({"phase": None}, "phase is required"),
         ({"published": -1}, "published must be positive"),
         ({"group": "galactic"}, "rows[0].group"),
+        ({"metric": "ttft", "phase": None}, "metric ttft is the metric of prefill rows"),
+        ({"metric": "op_rate", "unit": "ms"}, "does not fit metric op_rate"),
+        ({"gen_len": 8}, "gen_len applies to decode rows only"),
     ],
 )
 def test_bad_rows_are_spec_errors(tmp_path: Path, library: Library, change: dict[str, object], fragment: str) -> None:
@@ -151,3 +154,26 @@ def test_calibration_searches_every_time_parameter_in_log_space() -> None:
 
     assert {"op_overhead", "framework_overhead", "host_overhead", "step_overhead", "wave_overhead"} <= TIME_FIELDS
     assert not TIME_FIELDS & {"compute", "memory_bandwidth", "vector", "exchange"}
+
+
+def test_op_rate_and_ttft_rows(tmp_path: Path, library: Library) -> None:
+    rate = {**ROW, "id": "rate", "metric": "op_rate", "unit": "TFLOP/s", "published": 100.0}
+    prefill = {
+        **ROW,
+        "id": "prefill",
+        "group": "single_chip",
+        "workload": "gpt2",
+        "mode": "prefill",
+        "batch": 1,
+        "seq_len": 128,
+        "metric": "ttft",
+        "phase": None,
+        "published": 1.0,
+    }
+    del prefill["phase"]
+    report = validate(library, str(table(tmp_path, [ROW, rate, prefill])))
+    time, flops, ttft = report.rows
+    assert flops.predicted == pytest.approx(2 * 1024**3 / (time.predicted / 1e3) / 1e12)
+    assert ttft.predicted > 0
+    assert ttft.row.published_si == pytest.approx(1e-3)
+    assert flops.row.published_si == pytest.approx(1e14)

@@ -96,7 +96,7 @@ def test_resnet_v1_puts_the_stride_on_the_first_1x1(spec: ModelSpec) -> None:
 def test_resnet50_parameters(spec: ModelSpec) -> None:
     assert spec.resnet is not None
     assert closed_form_parameters(spec.resnet) == RESNET50_PARAMETERS
-    for mode in Mode:
+    for mode in (Mode.TRAIN, Mode.INFER):
         assert resnet_graph(spec, mode, 2, Precision.FP16).parameters == RESNET50_PARAMETERS
 
 
