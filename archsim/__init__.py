@@ -5,6 +5,7 @@ per-family cost models on a SimPy discrete-event engine, and read time, throughp
 what bounded each op. The public API:
 
 * :func:`simulate` -- run a workload on a target, returning a :class:`RunResult`;
+* :func:`simulate_training` -- the same, fed by the system's input pipeline and with its time to train;
 * :func:`collective` -- time one collective on a system per size, as nccl-tests reports it;
 * :class:`Library` -- the search path of YAML descriptions;
 * :func:`build_trace` -- the op-by-op trace of a workload.
@@ -21,6 +22,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "simulate": "archsim.api",
+    "simulate_training": "archsim.time_to_train",
     "collective": "archsim.collective_run",
     "CollectiveResult": "archsim.collective_run",
     "ArchsimError": "archsim.errors",

@@ -16,6 +16,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from archsim.commands import training
 from archsim.commands.figure_inputs import (
     add_run_arguments,
     read_results,
@@ -31,6 +32,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     kinds = parser.add_subparsers(dest="kind", required=True, parser_class=type(parser))
     run = kinds.add_parser("run", parents=[common], help="summary, breakdown, roofline and timeline of one run")
     add_run_arguments(run)
+    training.add_arguments(run)
     run.add_argument("--out", required=True, metavar="FILE.html")
     run.set_defaults(handler=report_run)
     sweep = kinds.add_parser("sweep", parents=[common], help="summary, best rows and figures of a sweep's results")
@@ -48,7 +50,9 @@ def report_run(args: argparse.Namespace) -> int:
     """Simulate one run and write its report."""
     from archsim import plots
 
+    training.check_args(args)
     result, library, timeline = simulate_run(args)
+    result = training.extend_args(result, args)
     write_output(plots.write_report, plots.run_report(result, library, links=timeline.links), args.out)
     return 0
 

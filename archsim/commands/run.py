@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from archsim.cli import add_memory_argument, add_trace_arguments, positive_int
-from archsim.commands import multichip, scalesim
+from archsim.commands import multichip, scalesim, training
 from archsim.errors import UsageError
 from archsim.models.systolic_layer import StallModel
 from archsim.results.records import to_json
@@ -48,6 +48,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     add_trace_arguments(parser)
     add_memory_argument(parser)
     multichip.add_arguments(parser)
+    training.add_arguments(parser)
     parser.set_defaults(handler=run)
 
 
@@ -78,11 +79,12 @@ def run(args: argparse.Namespace) -> int:
         chakra = read_chakra(args.workload, Precision(args.precision or "fp16"))
         if chakra.comms:
             return _run_chakra(args, chakra)
-    result = multichip.simulate_args(args)
+    training.check_args(args)
+    result = training.extend_args(multichip.simulate_args(args), args)
     if args.json:
         print(to_json(result))
     else:
-        print("\n".join(summary_lines(result) + multichip.summary_lines(result)))
+        print("\n".join(summary_lines(result) + multichip.summary_lines(result) + training.summary_lines(result)))
         print()
         print("\n".join(layer_table(result)))
     return 0

@@ -26,6 +26,7 @@ from typing import Any
 from archsim.engine.replay import OpTiming
 from archsim.memory_fit import capacity_bytes, capacity_technology, split_bytes
 from archsim.models.base import Bound
+from archsim.results.training import InputRecord, TimeToTrainRecord
 from archsim.spec.chip import ChipSpec
 from archsim.workloads.trace import Mode, Op, Phase, Trace
 
@@ -209,6 +210,10 @@ class RunResult:
     kv_cache_bytes: int = field(default=0, kw_only=True)
     """Bytes of the KV cache per chip, part of ``memory_bytes`` (prefill: the prompt's; decode: prompt
     and generated tokens)."""
+    input_pipeline: InputRecord | None = field(default=None, kw_only=True)
+    """The input pipeline of the step, when the run models it (``--input-decode``)."""
+    time_to_train: TimeToTrainRecord | None = field(default=None, kw_only=True)
+    """Time to train as MLPerf measures it, when asked (``--time-to-train``)."""
     layers: tuple[LayerRecord, ...]
 
     def missing(self, figure: str) -> str:

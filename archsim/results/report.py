@@ -192,6 +192,42 @@ def run_summary(result: RunResult) -> list[tuple[str, str, Cell]]:
     ]
     if result.num_chips > 1:
         rows += _multichip_summary(result)
+    return rows + _training_summary(result)
+
+
+def _training_summary(result: RunResult) -> list[tuple[str, str, Cell]]:
+    """The summary rows of the input pipeline and the time to train, when the run models them."""
+    rows: list[tuple[str, str, Cell]] = []
+    pipe = result.input_pipeline
+    if pipe is not None:
+        rows += [
+            ("input_pipeline.step_bound", "step bound", word(pipe.step_bound)),
+            (
+                "input_pipeline.samples_per_s",
+                f"input pipeline ({pipe.decode} decoding, limit {pipe.limit})",
+                number(pipe.samples_per_s, f"{format_number(pipe.samples_per_s)} samples/s"),
+            ),
+        ]
+    ttt = result.time_to_train
+    if ttt is not None:
+        amount = f"{ttt.epochs:.1f} epochs" if ttt.epochs is not None else f"{format_number(ttt.samples)} samples"
+        rows += [
+            (
+                "time_to_train.time_to_train_s",
+                f"time to train ({ttt.quality_target})",
+                number(ttt.time_to_train_s, f"{ttt.time_to_train_s / 60:.2f} min"),
+            ),
+            (
+                "time_to_train.epochs",
+                f"training ({ttt.optimizer}, {ttt.convergence_basis})",
+                number(ttt.samples, amount),
+            ),
+            (
+                "time_to_train.eval_s",
+                f"evaluation ({ttt.evaluations} runs)",
+                number(ttt.eval_s, format_time(ttt.eval_s)),
+            ),
+        ]
     return rows
 
 

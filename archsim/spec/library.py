@@ -28,9 +28,11 @@ from archsim.limits import description_files
 from archsim.spec.chip import ChipSpec, Family
 from archsim.spec.collective_library import CollectiveLibrarySpec
 from archsim.spec.common import parse_shape
+from archsim.spec.convergence import ConvergenceSpec
 from archsim.spec.family import FamilySpec
 from archsim.spec.link import LinkSpec
 from archsim.spec.memory import MemorySpec
+from archsim.spec.mlperf import MlperfSpec
 from archsim.spec.model import ModelSpec
 from archsim.spec.software import SoftwareSpec
 from archsim.spec.sweep import SweepSpec
@@ -39,7 +41,7 @@ from archsim.spec.validation import ValidationSpec
 from archsim.spec.yamlio import read_yaml, validate
 
 ENV_VAR = "ARCHSIM_PATH"
-BUILTIN_FOLDERS = ("chips", "memory", "interconnect", "software", "workloads", "validation", "sweeps")
+BUILTIN_FOLDERS = ("chips", "memory", "interconnect", "software", "workloads", "validation", "sweeps", "convergence")
 SPEC_CLASSES: dict[str, type[Any]] = {
     "chip": ChipSpec,
     "family": FamilySpec,
@@ -51,6 +53,8 @@ SPEC_CLASSES: dict[str, type[Any]] = {
     "validation": ValidationSpec,
     "sweep": SweepSpec,
     "software": SoftwareSpec,
+    "convergence": ConvergenceSpec,
+    "mlperf": MlperfSpec,
 }
 
 
@@ -293,6 +297,8 @@ class Library:
         named = [(f"levels.{name}.link", level.link) for name, level in system.levels.items()]
         if system.scale_out is not None:
             named.append(("scale_out.link", system.scale_out.link))
+        if system.input_pipeline is not None:
+            named.append(("input_pipeline.host_link", system.input_pipeline.host_link))
         for field, link in named:
             try:
                 self.link(link)
@@ -358,6 +364,31 @@ class Library:
                 f"runs on {spec.family.value} chips, not {chip.name} ({chip.family.value}); use one of: "
                 + ", ".join(fits),
             )
+        return spec
+
+    def mlperf(self, name: str) -> MlperfSpec:
+        """An MLPerf result table by name or path."""
+        spec: MlperfSpec = self.spec(self.find(["mlperf"], name))
+        return spec
+
+    def convergence(self, workload: str) -> ConvergenceSpec:
+        """The convergence description of a workload.
+
+        Found by its own name or alias, or as the one whose ``workload`` is ``workload`` (``resnet50``
+        finds ``convergence/resnet50.yaml``).
+        """
+        try:
+            entry = self.find(["convergence"], workload)
+        except LookupFailed:
+            matches = [e for e in self.entries("convergence") if e.data.get("workload") == workload]
+            if not matches:
+                raise
+            entry = matches[0]
+        spec: ConvergenceSpec = self.spec(entry)
+        try:
+            self.model(spec.workload)
+        except LookupFailed as err:
+            raise SpecError(entry.source, "workload", err.problem) from None
         return spec
 
     def model(self, name: str) -> ModelSpec:

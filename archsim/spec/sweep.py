@@ -62,6 +62,9 @@ RUN_SETTINGS = (
     "recompute",
     "software",
     "streaming_memory",
+    "time_to_train",
+    "optimizer",
+    "input_decode",
 )
 MAX_AXIS_VALUES = 100_000
 """Values one axis may take (a range that would produce more is refused)."""
@@ -94,6 +97,12 @@ class RunSettings(Spec):
     software: Name | None = None
     """The software stack (a ``software/`` name; None: the chip's default)."""
     streaming_memory: StreamingMemory = StreamingMemory.NONE
+    time_to_train: StrictBool = False
+    """Add the time to train (:func:`archsim.simulate_training`; training runs only)."""
+    optimizer: Name | None = None
+    """Optimizer of the convergence data (None: the data's default)."""
+    input_decode: Literal["host", "device"] | None = None
+    """Feed each step from the system's input pipeline, decoding on the host or on the chips."""
 
 
 class WorkloadEntry(Spec):

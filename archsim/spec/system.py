@@ -24,8 +24,14 @@ SYSTEM ... --nodes N`` adds it as an outer level of ``N`` members, each with ``l
 ``collective_library`` names the collective library (``software/``, ``kind: collective-library``) whose
 protocol, latency and launch costs every collective pays (none: the bare links).
 
+``input_pipeline`` (optional, :class:`InputPipeline`) describes how one node feeds its chips with
+training samples: host CPU cores and their per-sample decode time, device-side decoding (NVIDIA
+DALI's nvJPEG path), the host-to-chip link and storage. :mod:`archsim.input_pipeline` uses it when a
+run asks for it (``--input-decode``).
+
 Every number cites a source in ``sources``: the keys ``chip``, ``levels.NAME`` (or
-``levels.NAME.FIELD``) for every level and ``scale_out`` (or ``scale_out.FIELD``) are required.
+``levels.NAME.FIELD``) for every level, ``scale_out`` (or ``scale_out.FIELD``) and ``input_pipeline``
+(or ``input_pipeline.FIELD``) are required where those sections are present.
 
 ```yaml
 levels:
@@ -43,7 +49,7 @@ from typing import Literal
 from pydantic import Field, StrictInt, model_validator
 
 from archsim.limits import MAX_LINKS, MAX_SYSTEM_CHIPS
-from archsim.spec.common import Count, Name, Spec
+from archsim.spec.common import Bandwidth, Count, Name, Spec, Time
 
 
 class Topology(enum.StrEnum):
@@ -146,6 +152,27 @@ class ScaleOut(Spec):
         return self
 
 
+class InputPipeline(Spec):
+    """How one node (one copy of the system) feeds its chips with training samples.
+
+    Decoding and augmenting a JPEG sample takes ``host_decode_time`` of one of the ``host_cores``
+    (the host path), or ``device_decode_time`` of a chip (the device path, e.g. NVIDIA DALI with
+    nvJPEG; None where the chips cannot decode). Samples cross ``host_link`` (one link per chip, a
+    ``link`` name) decoded on the host path and encoded on the device path, and are read from storage
+    at ``storage_bandwidth`` per node (None: not a limit, e.g. a data set cached in host memory).
+    """
+
+    host_cores: Count
+    host_decode_time: Time
+    """Core-seconds to read, decode and augment one sample on one host core."""
+    device_decode_time: Time | None = None
+    """Chip-seconds to decode and augment one sample on the chip (None: no device-side decoding)."""
+    host_link: Name
+    """Link type between the host and each chip (``interconnect/*.yaml``, e.g. ``pcie3``)."""
+    storage_bandwidth: Bandwidth | None = None
+    description: str = ""
+
+
 class SystemSpec(Spec):
     """A multi-chip system: its chip, its levels innermost first, and an optional scale-out fabric."""
 
@@ -163,6 +190,8 @@ class SystemSpec(Spec):
     """Default all-reduce algorithm (``--collective auto`` picks it)."""
     collective_library: Name | None = None
     """Collective library run by default (``software/*.yaml``, ``kind: collective-library``)."""
+    input_pipeline: InputPipeline | None = None
+    """How a node feeds its chips with samples (None: not described; see :class:`InputPipeline`)."""
     sources: dict[str, str]
 
     @model_validator(mode="after")
@@ -190,4 +219,6 @@ class SystemSpec(Spec):
         needed = ["chip", *(f"levels.{name}" for name in self.levels)]
         if self.scale_out is not None:
             needed.append("scale_out")
+        if self.input_pipeline is not None:
+            needed.append("input_pipeline")
         return [path for path in needed if not covered(path)]

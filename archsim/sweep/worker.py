@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from archsim.api import simulate
-from archsim.errors import ArchsimError
+from archsim.errors import ArchsimError, UsageError
 from archsim.results.records import RunResult
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Precision
 from archsim.spec.library import Library
 from archsim.spec.sweep import SweepSpec
 from archsim.sweep.expand import Configuration, Task, run_arguments, si_value, variant
+from archsim.time_to_train import simulate_training
 
 DESIGN_COLUMNS = ("chip", "peak_flops", "tdp_w", "transistors", "onchip_memory_bytes", "main_memory_bandwidth")
 """Figures of the variant: peak FLOP/s and TDP (watts) of all its chips, transistors per chip, on-chip
@@ -63,9 +64,14 @@ RESULT_COLUMNS = (
     "exposed_comm_s",
     "bubble_s",
     "bubble_fraction",
+    "input_bound_s",
+    "step_bound",
+    "time_to_train_s",
+    "epochs",
 )
 """The scalar fields of :class:`~archsim.results.records.RunResult`; ``normalized`` is flattened to
-``throughput_per_*`` and ``time_by_bound`` to ``*_bound_s``."""
+``throughput_per_*`` and ``time_by_bound`` to ``*_bound_s``; ``step_bound`` is the input pipeline's
+(None when not modelled), ``time_to_train_s`` and ``epochs`` the time to train's (None when not asked)."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,11 @@ def result_columns(result: RunResult) -> dict[str, Any]:
     columns["throughput_per_billion_transistors"] = result.normalized.per_billion_transistors
     for bound, seconds in result.time_by_bound.items():
         columns[f"{bound}_bound_s"] = seconds
+    if result.input_pipeline is not None:
+        columns["step_bound"] = result.input_pipeline.step_bound
+    if result.time_to_train is not None:
+        columns["time_to_train_s"] = result.time_to_train.time_to_train_s
+        columns["epochs"] = result.time_to_train.epochs
     return {name: columns.get(name) for name in RESULT_COLUMNS}
 
 
@@ -135,6 +146,16 @@ def base_row(task: Task) -> dict[str, Any]:
     row: dict[str, Any] = {"key": task.key, "target": task.configuration.target, "workload": task.workload.name}
     row.update({path: si_value(value) for path, value in task.configuration.values})
     return row
+
+
+def _simulate(target: str, workload: str, library: Library, arguments: dict[str, Any]) -> RunResult:
+    """One run: :func:`archsim.simulate`, or :func:`archsim.simulate_training` with the training settings."""
+    training = {name: arguments.pop(name) for name in ("time_to_train", "optimizer", "input_decode")}
+    if not training["time_to_train"] and training["input_decode"] is None:
+        if training["optimizer"] is not None:
+            raise UsageError(target, "run.optimizer", "only applies with run.time_to_train")
+        return simulate(target, workload, library=library, **arguments)
+    return simulate_training(target, workload, library=library, **training, **arguments)
 
 
 def run_chunk(context: SweepContext, chunk: list[Task]) -> list[dict[str, Any]]:
@@ -149,7 +170,7 @@ def run_chunk(context: SweepContext, chunk: list[Task]) -> list[dict[str, Any]]:
                 last = (task.configuration, *variant(library, context.spec, context.source, task.configuration))
             _, variant_library, run = last
             arguments = run_arguments(context.spec, task.workload, run)
-            result = simulate(task.configuration.target, task.workload.name, library=variant_library, **arguments)
+            result = _simulate(task.configuration.target, task.workload.name, variant_library, arguments)
             entry = variant_library.find(["chip", "system"], task.configuration.target)
             chip_name = variant_library.spec(entry).chip if entry.kind == "system" else task.configuration.target
             row.update(design_columns(variant_library.chip(chip_name), result))

@@ -1,0 +1,54 @@
+"""``archsim mlperf``: the table of published MLPerf results, its settings and its one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from archsim.cli import main
+from archsim.spec.library import builtin_roots
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_mlperf_prints_predicted_against_published(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(capsys, "mlperf", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    rows = {r["id"]: r for r in report["rows"]}
+    seeds = {
+        "ipu-pod16-rn50-v1.1": 28.33,
+        "ipu-pod64-rn50-v1.1": 8.5,
+        "ipu-pod256-rn50-v1.1": 3.79,
+        "pcl-ascend910x256-bert-v1.0": 2.69,
+    }
+    assert {i: rows[i]["published_minutes"] for i in seeds} == seeds
+    for row in rows.values():
+        assert row["predicted_minutes"] > 0
+        assert row["error"] == pytest.approx(row["predicted_minutes"] / row["published_minutes"] - 1)
+        # the clock covers at least the training samples at the predicted throughput
+        assert row["predicted_minutes"] * 60 >= row["samples"] / row["throughput"]
+    assert report["mape"] == pytest.approx(sum(abs(r["error"]) for r in rows.values()) / len(rows))
+    code, out, _ = run_cli(capsys, "mlperf")
+    assert code == 0 and "ipu-pod16-rn50-v1.1" in out and "mean |error|" in out
+
+
+def test_a_row_whose_settings_miss_its_global_batch_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    root = next(r for r in builtin_roots() if r.name == "validation")
+    data = yaml.safe_load((root / "mlperf.yaml").read_text())
+    data["rows"] = [data["rows"][0]]
+    data["rows"][0]["batch"] = 100
+    path = tmp_path / "table.yaml"
+    path.write_text(yaml.safe_dump(data))
+    code, out, err = run_cli(capsys, "mlperf", "--table", str(path))
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "global batch of 1600, the log records 3200" in err
