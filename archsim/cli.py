@@ -31,6 +31,7 @@ SUBCOMMANDS = (
     "archsim.commands.plot",
     "archsim.commands.report",
     "archsim.commands.collective",
+    "archsim.commands.compare",
 )
 """Modules that each add one subcommand: ``add_parser(subparsers, common)`` sets ``handler``."""
 
