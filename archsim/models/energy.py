@@ -5,14 +5,17 @@ already produced (:class:`archsim.models.base.OpCost` and the op itself):
 
 * the matrix unit's multiply-accumulates (``flops / 2``) times the energy of one MAC at the run's
   precision, or the vector unit's operations (``flops``) times one element-wise operation;
+* the matrix unit's operand traffic through its registers: the MACs times the bits each MAC moves
+  through them (:func:`operand_bits_per_mac`, from the unit's published shape), at the register energy
+  per bit;
 * the op's main-memory bytes times the memory technology's energy per bit (an interface figure:
   HBM, DDR), plus the same bytes written into and read back out of an on-chip SRAM buffer once each
   (``2 x bytes`` at the SRAM energy per bit), the staging every family does between memory and its
   compute units.
 
-Operand reuse inside the matrix unit (register files, pipeline registers between processing
-elements) and instruction issue are not counted: no cost model produces those counts, so the
-dynamic energy is a lower bound of what the silicon spends.
+Instruction issue, clock distribution, caches between SRAM and main memory (L2) and wires are not
+counted: no cost model produces those counts, so the dynamic energy is a lower bound of what the
+silicon spends.
 
 **Process-node scaling.** Logic and SRAM figures are given at the technology's ``reference_node``
 (45 nm). At node ``L`` an energy is ``E x L / L_ref`` (switched capacitance shrinks with feature
@@ -33,11 +36,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from archsim.errors import SpecError
-from archsim.spec.chip import ChipSpec
-from archsim.spec.common import Precision
+from archsim.spec.chip import ChipSpec, Dataflow
+from archsim.spec.common import Precision, parse_shape
 from archsim.spec.energy import EnergySpec
 
 BITS_PER_BYTE = 8
+ACCUMULATOR_BITS = 32
+"""Matrix units accumulate in fp32 (int32 for int8): a partial sum moves 32 bits."""
 SRAM_ACCESSES_PER_DRAM_BYTE = 2
 """Each byte from main memory is written into an on-chip buffer once and read out of it once."""
 
@@ -60,6 +65,30 @@ def onchip_memory_bytes(chip: ChipSpec) -> int:
     return c.ai_cores * (c.l0a + c.l0b + c.l0c + c.l1 + c.unified_buffer) + c.l2_cache
 
 
+def operand_bits_per_mac(chip: ChipSpec, precision: Precision) -> float:
+    """Bits one MAC of the matrix unit moves through its registers, from the unit's shape.
+
+    * tensor cores and Ascend cubes (an ``MxNxK`` operation per instruction): the ``A`` (``MxK``) and
+      ``B`` (``KxN``) operands read at the element width, the ``C`` accumulators read and ``D`` written at
+      32 bits, over the ``MxNxK`` MACs;
+    * systolic arrays: each PE latches one operand from each neighbour per MAC -- ifmap and filter
+      (``os``, the partial sum stays), or one operand and a 32-bit partial sum (``ws``, ``is``);
+    * IPU AMP units (whose shape is not published): both operands at the element width, no reuse.
+    """
+    element = precision.bytes * BITS_PER_BYTE
+    shape = None
+    if chip.tensorcore is not None:
+        shape = chip.tensorcore.mma_shape
+    elif chip.cube is not None:
+        shape = chip.cube.cube_shape
+    if shape is not None:
+        m, n, k = parse_shape(shape, 3)
+        return ((m * k + k * n) * element + 2 * m * n * ACCUMULATOR_BITS) / (m * n * k)
+    if chip.systolic is not None and chip.systolic.dataflow != Dataflow.OUTPUT_STATIONARY:
+        return float(element + ACCUMULATOR_BITS)
+    return float(2 * element)
+
+
 def process_nm(chip: ChipSpec, tech: EnergySpec) -> float:
     """The chip's process node in nm, or the technology's ``default_node`` when not published."""
     return chip.process if isinstance(chip.process, float) else tech.default_node
@@ -80,6 +109,8 @@ class ChipEnergy:
 
     mac_j: float
     vector_op_j: float
+    register_mac_j: float
+    """Register traffic of one MAC: :func:`operand_bits_per_mac` at the register energy per bit."""
     sram_bit_j: float
     dram_bit_j: float
     area_mm2: float
@@ -98,6 +129,7 @@ class ChipEnergy:
         bits = dram_bytes * BITS_PER_BYTE
         return OpEnergy(
             compute_j=compute_j,
+            register_j=flops / 2 * self.register_mac_j if matrix else 0.0,
             sram_j=SRAM_ACCESSES_PER_DRAM_BYTE * bits * self.sram_bit_j,
             dram_j=bits * self.dram_bit_j,
         )
@@ -108,13 +140,14 @@ class OpEnergy:
     """Dynamic energy of one op on one chip, by where it was spent (J)."""
 
     compute_j: float
+    register_j: float
     sram_j: float
     dram_j: float
 
     @property
     def total_j(self) -> float:
         """All of it."""
-        return self.compute_j + self.sram_j + self.dram_j
+        return self.compute_j + self.register_j + self.sram_j + self.dram_j
 
 
 def chip_energy(chip: ChipSpec, tech: EnergySpec, precision: Precision, source: str = "") -> ChipEnergy:
@@ -133,6 +166,7 @@ def chip_energy(chip: ChipSpec, tech: EnergySpec, precision: Precision, source: 
     return ChipEnergy(
         mac_j=tech.mac[precision] * energy_scale,
         vector_op_j=tech.vector_op[precision] * energy_scale,
+        register_mac_j=operand_bits_per_mac(chip, precision) * tech.register_read * energy_scale,
         sram_bit_j=tech.sram_read * energy_scale,
         dram_bit_j=tech.memory[memory],
         area_mm2=area,

@@ -34,6 +34,8 @@ class EnergySpec(Spec):
     """One multiply-accumulate (a multiply and an add) at the reference node, by operand precision."""
     vector_op: dict[Precision, Energy]
     """One element-wise floating-point (or integer) operation at the reference node."""
+    register_read: EnergyPerBit
+    """One bit read from or written to the registers that feed the matrix unit, at the reference node."""
     sram_read: EnergyPerBit
     """One bit read from or written to an on-chip SRAM buffer at the reference node."""
     memory: dict[Name, EnergyPerBit]

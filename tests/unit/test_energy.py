@@ -11,7 +11,7 @@ import yaml
 from archsim import simulate
 from archsim.cli import main
 from archsim.errors import SpecError
-from archsim.models.energy import chip_energy, modelled_area_mm2, throttle
+from archsim.models.energy import chip_energy, modelled_area_mm2, operand_bits_per_mac, throttle
 from archsim.results.records import RunResult
 from archsim.spec.common import Precision
 from archsim.spec.library import Library, builtin_roots
@@ -48,6 +48,17 @@ def test_energies_scale_with_the_node_and_memory_energy_does_not(library: Librar
     assert v100.static_w == pytest.approx(815.0 * tech.static_power_density)
 
 
+def test_register_traffic_per_mac_follows_the_matrix_units_shape(library: Library) -> None:
+    # 4x4x4: (16 + 16) fp16 operands + 16 fp32 accumulators read and written, over 64 MACs
+    assert operand_bits_per_mac(library.chip("v100"), Precision.FP16) == (32 * 16 + 2 * 16 * 32) / 64 == 24
+    assert operand_bits_per_mac(library.chip("a100-40gb"), Precision.FP16) == 14  # 8x4x8
+    assert operand_bits_per_mac(library.chip("ascend910"), Precision.FP16) == 6  # 16x16x16
+    systolic = library.chip("systolic-32x32")
+    assert operand_bits_per_mac(systolic, Precision.FP16) == 32  # os: two fp16 operands latched per MAC
+    section = systolic.systolic.model_copy(update={"dataflow": "ws"})  # type: ignore[union-attr]
+    assert operand_bits_per_mac(systolic.model_copy(update={"systolic": section}), Precision.FP16) == 48
+
+
 def test_modelled_area_grows_with_the_array_and_the_sram(library: Library) -> None:
     tech = library.energy()
     chip = library.chip("systolic-32x32")
@@ -77,7 +88,7 @@ def test_a_run_reports_energy_power_and_area_that_add_up(library: Library) -> No
     assert run.power_w == pytest.approx(run.energy_j / run.step_time_s)
     assert run.static_power_w < run.power_w <= run.peak_power_w
     dynamic = sum(layer.energy_j for layer in run.layers)
-    assert dynamic == pytest.approx(sum(run.energy_breakdown_j[p] for p in ("compute", "sram", "dram")))
+    assert dynamic == pytest.approx(sum(run.energy_breakdown_j[p] for p in ("compute", "register", "sram", "dram")))
     assert run.normalized.per_watt == pytest.approx(run.throughput / run.power_w)
     assert run.normalized.per_watt_tdp == pytest.approx(run.throughput / 300.0)
     assert run.normalized.per_mm2 == pytest.approx(run.throughput / 815.0)
