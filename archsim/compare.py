@@ -26,10 +26,9 @@ one and from a stated rule where it cannot:
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import Any
 
 from archsim.api import simulate
+from archsim.results.comparison import Comparison
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Precision
 from archsim.spec.library import Library
@@ -37,28 +36,6 @@ from archsim.systems import simulate_system
 
 SOFTWARE_OVERHEADS = ("framework_overhead", "host_overhead", "step_overhead")
 """Efficiency parameters that are the framework's, not the chip's (see :class:`Efficiency`)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Comparison:
-    """The speedup of ``b`` over ``a`` on one workload and the factors that multiply to it."""
-
-    a: str
-    b: str
-    workload: str
-    mode: str
-    throughput_a: float
-    throughput_b: float
-    chips_a: int
-    chips_b: int
-    speedup: float
-    factors: dict[str, float]
-    """Factor name -> ratio, in the order of the module docstring; their product is ``speedup``."""
-    notes: tuple[str, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
-        return asdict(self)
 
 
 def _alone(

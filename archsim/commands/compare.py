@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from archsim.cli import positive_int
+from archsim.results.comparison import Comparison
 
 FACTOR_TEXT = {
     "chip_count": "chips, B's over A's",
@@ -34,6 +35,13 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="speedup of target B over target A on a workload, attributed to chip count, peak, memory, "
         "node, architecture and software",
     )
+    add_compare_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(handler=run)
+
+
+def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the two targets, the workload and the run options of a comparison."""
     parser.add_argument("a", metavar="A", help="the baseline chip or system")
     parser.add_argument("b", metavar="B", help="the chip or system compared with it")
     parser.add_argument("workload", metavar="WORKLOAD", help="model name, trace file or gemm:MxNxK")
@@ -48,20 +56,14 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq-len", type=positive_int, default=None, help="sequence length (BERT)")
     parser.add_argument("--nodes-a", type=positive_int, default=None, help="copies of system A")
     parser.add_argument("--nodes-b", type=positive_int, default=None, help="copies of system B")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.set_defaults(handler=run)
 
 
-def _chips(count: int) -> str:
-    return f"{count} chip" if count == 1 else f"{count} chips"
-
-
-def run(args: argparse.Namespace) -> int:
-    """Compare the two targets and print the factors (or JSON)."""
+def compare_args(args: argparse.Namespace) -> Comparison:
+    """Run the comparison the parsed arguments ask for."""
     from archsim.compare import compare
     from archsim.spec.library import Library
 
-    result = compare(
+    return compare(
         args.a,
         args.b,
         args.workload,
@@ -73,6 +75,15 @@ def run(args: argparse.Namespace) -> int:
         nodes_a=args.nodes_a,
         nodes_b=args.nodes_b,
     )
+
+
+def _chips(count: int) -> str:
+    return f"{count} chip" if count == 1 else f"{count} chips"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Compare the two targets and print the factors (or JSON)."""
+    result = compare_args(args)
     if args.json:
         print(json.dumps(result.to_dict(), indent=1, allow_nan=False))
         return 0

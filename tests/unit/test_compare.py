@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import html
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -76,3 +78,24 @@ def test_cli_refuses_an_unknown_target_in_one_line(capsys: pytest.CaptureFixture
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.startswith("archsim: error: nope: ")
     assert captured.err.count("\n") == 1
+
+
+def test_report_compare_writes_the_factors_and_a_waterfall(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "compare.html"
+    assert main(["report", "compare", "v100", "a100-40gb", "gemm:1024x1024x1024", "--out", str(out)]) == 0
+    text = out.read_text()
+    values = {
+        field: json.loads(html.unescape(value))
+        for field, value in re.findall(r'<tr data-field="([^"]+)"><th>[^<]*</th><td[^>]*data-value="([^"]*)"', text)
+    }
+    factors = {k.removeprefix("factors."): v for k, v in values.items() if k.startswith("factors.")}
+    assert set(factors) >= {"chip_count", "transistor_budget", "process_node", "architecture"}
+    assert math.prod(factors.values()) == pytest.approx(values["speedup"], rel=1e-12)
+    assert 'data-figure="waterfall"' in text and '"type":"waterfall"' in text
+    assert capsys.readouterr().out.strip() == str(out)
+
+
+def test_report_compare_with_a_bad_out_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "missing" / "compare.html"
+    assert main(["report", "compare", "v100", "h100", "gemm:256x256x256", "--out", str(out)]) == 2
+    assert capsys.readouterr().err.count("\n") == 1 and not out.parent.exists()

@@ -151,3 +151,21 @@ def test_systolic_sweep_area_static_power_and_per_watt_follow_the_array(tmp_path
     assert (table["area_source"] == "modelled").all()
     assert table["throughput_per_watt"].notna().all() and table["throughput_per_watt"].is_unique
     assert table["energy_j"].notna().all() and table["power_w"].is_monotonic_increasing
+
+
+def test_a_process_axis_moves_energy_and_modelled_area_with_the_node(tmp_path: Path) -> None:
+    sweep = {
+        "schema_version": 1,
+        "kind": "sweep",
+        "name": "energy-node-sweep",
+        "target": "systolic-32x32",
+        "workloads": ["gemm:512x512x512"],
+        "grid": {"chip.process": ["45 nm", "16 nm", "7 nm"]},
+    }
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    table = run_sweep(path, jobs=1, progress=False)
+    assert table["chip.process"].tolist() == [45.0, 16.0, 7.0]
+    for column in ("area_mm2", "energy_j", "static_power_w"):
+        assert table[column].is_monotonic_decreasing and table[column].is_unique, column
+    assert table["throughput"].nunique() == 1  # the node changes energy and area, not the clock
