@@ -25,7 +25,8 @@ an area is ``A x (L / L_ref)^2``. A chip whose process is not published is price
 **Area.** The published die area where there is one; otherwise the modelled area: MAC units (one per
 whole-chip MAC per clock at the chip's default precision) plus on-chip SRAM bitcells (see
 :func:`onchip_memory_bytes`), each at the node's area. I/O and wiring are not modelled, so a
-modelled area is a lower bound; it grows with the array and the SRAM, as does static power.
+modelled area is a lower bound; it grows with the array and the SRAM, as does static power. A variant
+of a chip with a published area (a sweep's) has that area plus the change in modelled area.
 
 **Static power** (leakage and idle clocking) is ``static_power_density x area`` while the chip is
 powered, the whole step.
@@ -114,8 +115,8 @@ class ChipEnergy:
     sram_bit_j: float
     dram_bit_j: float
     area_mm2: float
-    area_published: bool
-    """True when ``area_mm2`` is the chip's published die area, False when modelled."""
+    area_source: str
+    """How ``area_mm2`` was found: ``published``, ``published, resized`` or ``modelled`` (:func:`die_area`)."""
     static_w: float
 
     @property
@@ -150,19 +151,38 @@ class OpEnergy:
         return self.compute_j + self.register_j + self.sram_j + self.dram_j
 
 
-def chip_energy(chip: ChipSpec, tech: EnergySpec, precision: Precision, source: str = "") -> ChipEnergy:
+def die_area(chip: ChipSpec, tech: EnergySpec, original: ChipSpec | None = None) -> tuple[float, str]:
+    """The chip's die area (mm^2) and how it was found.
+
+    ``published``: the chip's published die area. ``published, resized``: ``chip`` is a variant of
+    ``original`` (a sweep's, say) whose modelled area differs, so the published area of ``original``
+    changes by the difference in modelled area (the silicon added or removed). ``modelled``: no
+    published area, :func:`modelled_area_mm2`.
+    """
+    if not isinstance(chip.die_area, float):
+        return modelled_area_mm2(chip, tech), "modelled"
+    if original is None:
+        return chip.die_area, "published"
+    change = modelled_area_mm2(chip, tech) - modelled_area_mm2(original, tech)
+    if change == 0.0:
+        return chip.die_area, "published"
+    return max(chip.die_area + change, modelled_area_mm2(chip, tech)), "published, resized"
+
+
+def chip_energy(
+    chip: ChipSpec, tech: EnergySpec, precision: Precision, source: str = "", original: ChipSpec | None = None
+) -> ChipEnergy:
     """Resolve ``chip``'s per-action energies at ``precision`` from ``tech`` (node-scaled).
 
-    A main-memory technology ``tech`` has no energy for is a :class:`SpecError` naming the file
-    (``source``) and field.
+    ``original`` is the description ``chip`` varies, if any (see :func:`die_area`). A main-memory
+    technology ``tech`` has no energy for is a :class:`SpecError` naming the file (``source``) and field.
     """
     memory = chip.memory.main.technology
     if memory not in tech.memory:
         known = ", ".join(sorted(tech.memory))
         raise SpecError(source or tech.name, f"memory.{memory}", f"no energy per bit (known: {known})")
     energy_scale = process_nm(chip, tech) / tech.reference_node
-    published = isinstance(chip.die_area, float)
-    area = chip.die_area if isinstance(chip.die_area, float) else modelled_area_mm2(chip, tech)
+    area, area_source = die_area(chip, tech, original)
     return ChipEnergy(
         mac_j=tech.mac[precision] * energy_scale,
         vector_op_j=tech.vector_op[precision] * energy_scale,
@@ -170,7 +190,7 @@ def chip_energy(chip: ChipSpec, tech: EnergySpec, precision: Precision, source: 
         sram_bit_j=tech.sram_read * energy_scale,
         dram_bit_j=tech.memory[memory],
         area_mm2=area,
-        area_published=published,
+        area_source=area_source,
         static_w=tech.static_power_density * area,
     )
 

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from archsim.errors import LookupFailed
 from archsim.models.energy import BITS_PER_BYTE, ChipEnergy, chip_energy, link_bit_j, throttle
 from archsim.results.records import LayerRecord, Normalized, RunResult
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Precision
 from archsim.spec.energy import EnergySpec
 from archsim.spec.library import Library
+from archsim.spec.yamlio import validate
 
 TECHNOLOGY = "cmos"
 """The energy technology (``energy/cmos.yaml``) every run is priced with; a user folder may shadow it."""
@@ -42,9 +44,14 @@ def _layer_energy(
     return tuple(priced), parts
 
 
-def with_energy(result: RunResult, chip: ChipSpec, tech: EnergySpec, source: str = "") -> RunResult:
-    """``result`` with energy per step, power per chip, area and the power-normalized throughputs."""
-    energy = chip_energy(chip, tech, Precision(result.precision), source)
+def with_energy(
+    result: RunResult, chip: ChipSpec, tech: EnergySpec, source: str = "", original: ChipSpec | None = None
+) -> RunResult:
+    """``result`` with energy per step, power per chip, area and the power-normalized throughputs.
+
+    ``original``: the description ``chip`` is a variant of, if any (see :func:`archsim.models.energy.die_area`).
+    """
+    energy = chip_energy(chip, tech, Precision(result.precision), source, original)
     layers, parts = _layer_energy(energy, result.layers)
     recorded_flops = sum(layer.flops for layer in layers)
     # the recorded layers are one chip's ops once; the step runs the chip's share of all the FLOPs
@@ -82,13 +89,25 @@ def with_energy(result: RunResult, chip: ChipSpec, tech: EnergySpec, source: str
         peak_power_w=max(peak_dynamic + energy.static_w, power_w),
         static_power_w=energy.static_w,
         area_mm2=energy.area_mm2,
-        area_source="published" if energy.area_published else "modelled",
+        area_source=energy.area_source,
         clock_scale=limit.clock_scale,
     )
+
+
+def _original(chip: ChipSpec, library: Library) -> ChipSpec | None:
+    """The chip as its file describes it, when the library holds a variant of it (a sweep's), else None."""
+    try:
+        entry = library.find(["chip"], chip.name)
+    except LookupFailed:  # a chip given by a path outside the library has no variant
+        return None
+    if library.spec(entry) is not chip:  # the name's entry holds another chip: this one is not its variant
+        return None
+    original: ChipSpec = validate(ChipSpec, entry.data, entry.source)
+    return None if original == chip else original
 
 
 def priced(result: RunResult, chip: ChipSpec, library: Library) -> RunResult:
     """``result`` with its energy fields, priced with the library's :data:`TECHNOLOGY`."""
     entry = library.find(["energy"], TECHNOLOGY)
     tech: EnergySpec = library.spec(entry)
-    return with_energy(result, chip, tech, entry.source)
+    return with_energy(result, chip, tech, entry.source, _original(chip, library))

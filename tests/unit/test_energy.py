@@ -44,7 +44,7 @@ def test_energies_scale_with_the_node_and_memory_energy_does_not(library: Librar
     assert h100.mac_j == pytest.approx(tech.mac[Precision.FP16] * 4 / 45)
     assert v100.dram_bit_j == h100.dram_bit_j == tech.memory["hbm2"]
     # a published die area is used as published, and static power follows it
-    assert (v100.area_mm2, v100.area_published) == (815.0, True)
+    assert (v100.area_mm2, v100.area_source) == (815.0, "published")
     assert v100.static_w == pytest.approx(815.0 * tech.static_power_density)
 
 
@@ -62,7 +62,7 @@ def test_register_traffic_per_mac_follows_the_matrix_units_shape(library: Librar
 def test_modelled_area_grows_with_the_array_and_the_sram(library: Library) -> None:
     tech = library.energy()
     chip = library.chip("systolic-32x32")
-    assert chip_energy(chip, tech, Precision.FP16).area_published is False
+    assert chip_energy(chip, tech, Precision.FP16).area_source == "modelled"
     areas = []
     for side in (32, 64, 128, 256):
         section = chip.systolic.model_copy(update={"array_rows": side, "array_cols": side})  # type: ignore[union-attr]
@@ -169,3 +169,21 @@ def test_a_process_axis_moves_energy_and_modelled_area_with_the_node(tmp_path: P
     for column in ("area_mm2", "energy_j", "static_power_w"):
         assert table[column].is_monotonic_decreasing and table[column].is_unique, column
     assert table["throughput"].nunique() == 1  # the node changes energy and area, not the clock
+
+
+def test_a_sweep_that_grows_a_published_chip_grows_its_published_area(tmp_path: Path) -> None:
+    sweep = {
+        "schema_version": 1,
+        "kind": "sweep",
+        "name": "energy-sm-sweep",
+        "target": "v100",
+        "workloads": ["gemm:512x512x512"],
+        "grid": {"chip.tensorcore.sm_count": [40, 80, 160]},
+    }
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    table = run_sweep(path, jobs=1, progress=False)
+    assert table["area_source"].tolist() == ["published, resized", "published", "published, resized"]
+    assert table["area_mm2"][1] == 815.0
+    assert table["area_mm2"].is_monotonic_increasing and table["area_mm2"].is_unique
+    assert table["static_power_w"].is_monotonic_increasing
