@@ -44,6 +44,13 @@ def _layer_energy(
     return tuple(priced), parts
 
 
+def _per_token(result: RunResult, per_sample_j: float) -> float | None:
+    """Energy per token: per sample where a sample is a token (a decode step), else over ``seq_len``."""
+    if result.throughput_unit == "tokens/s":
+        return per_sample_j
+    return per_sample_j / result.seq_len if result.seq_len else None
+
+
 def with_energy(
     result: RunResult, chip: ChipSpec, tech: EnergySpec, source: str = "", original: ChipSpec | None = None
 ) -> RunResult:
@@ -83,7 +90,7 @@ def with_energy(
         normalized=Normalized.of(throughput / chips, chip, power_w, energy.area_mm2),
         energy_j=energy_j,
         energy_per_sample_j=per_sample,
-        energy_per_token_j=per_sample / result.seq_len if result.seq_len else None,
+        energy_per_token_j=_per_token(result, per_sample),
         energy_breakdown_j={part: joules * chips for part, joules in per_chip.items()},
         power_w=power_w,
         peak_power_w=max(peak_dynamic + energy.static_w, power_w),

@@ -208,7 +208,8 @@ class RunResult:
     energy_per_sample_j: float = field(default=0.0, kw_only=True)
     """``energy_j`` over the samples of the step (``global_batch``)."""
     energy_per_token_j: float | None = field(default=None, kw_only=True)
-    """``energy_per_sample_j`` over ``seq_len`` (None without a sequence length)."""
+    """``energy_per_sample_j`` over ``seq_len``, or itself when a sample is a token (``tokens/s``); None
+    without a sequence length."""
     energy_breakdown_j: dict[str, float] = field(default_factory=dict, kw_only=True)
     """``energy_j`` by where it went: ``compute``, ``sram``, ``dram``, ``link``, ``static``."""
     power_w: float = field(default=0.0, kw_only=True)

@@ -187,3 +187,9 @@ def test_a_sweep_that_grows_a_published_chip_grows_its_published_area(tmp_path: 
     assert table["area_mm2"][1] == 815.0
     assert table["area_mm2"].is_monotonic_increasing and table["area_mm2"].is_unique
     assert table["static_power_w"].is_monotonic_increasing
+
+
+def test_energy_per_token_divides_a_sequence_by_its_length(library: Library) -> None:
+    run = simulate("v100", "bert-base", batch=2, seq_len=64, library=library)
+    assert run.energy_per_token_j == pytest.approx(run.energy_per_sample_j / 64)
+    assert simulate("v100", "gemm:64x64x64", library=library).energy_per_token_j is None
