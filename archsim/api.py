@@ -18,6 +18,7 @@ from archsim.errors import LimitError, UsageError
 from archsim.limits import MAX_ARGUMENT, check_trace_ops
 from archsim.models import cost_model_for
 from archsim.models.base import framework_overhead_s
+from archsim.results.power import priced
 from archsim.results.records import RunResult, build_result
 from archsim.spec.chip import ChipSpec, Efficiency
 from archsim.spec.common import Fusion, Precision, StreamingMemory
@@ -275,7 +276,7 @@ def run_trace(
     assert efficiency.host_overhead is not None
     timings = replay(trace, model, efficiency.host_overhead)
     assert efficiency.step_overhead is not None
-    return build_result(
+    result = build_result(
         target=target.name,
         chip=chip,
         trace=trace,
@@ -287,3 +288,4 @@ def run_trace(
         software=stack.name,
         input_samples_per_s=stack.input_pipeline,
     )
+    return priced(result, chip, library)

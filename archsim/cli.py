@@ -32,6 +32,7 @@ SUBCOMMANDS = (
     "archsim.commands.report",
     "archsim.commands.collective",
     "archsim.commands.mlperf",
+    "archsim.commands.compare",
 )
 """Modules that each add one subcommand: ``add_parser(subparsers, common)`` sets ``handler``."""
 

@@ -98,8 +98,11 @@ QUANTITY_RANGES: dict[str, tuple[float, float, str]] = {
     "time": (1e-18, 1e9, "s"),
     "throughput": (1.0, 1e24, "OP/s"),
     "power": (1e-6, 1e12, "W"),
-    "area": (1e-6, 1e9, "mm^2"),
+    "area": (1e-9, 1e9, "mm^2"),
     "length": (1e-3, 1e9, "nm"),
+    "energy": (1e-18, 1e9, "J"),
+    "energy per bit": (1e-18, 1e-6, "J/bit"),
+    "power density": (1e-9, 1e3, "W/mm^2"),
 }
 """Accepted range ``(lowest, highest, unit)`` of a quantity by dimension (``Dimension.value``), in the
 units :mod:`archsim.units` converts to; zero is accepted where the field allows it. Wide enough for any chip or

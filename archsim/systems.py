@@ -51,6 +51,7 @@ from archsim.models import cost_model_for
 from archsim.models.base import CostModel, OpCost, framework_overhead_s
 from archsim.models.interconnect import Fabric, build_fabric
 from archsim.models.placement import Placement, place
+from archsim.results.power import priced
 from archsim.results.records import CollectiveRecord, LinkRecord, RunResult, build_system_result
 from archsim.results.timeline import MIRRORED_CHIPS, Timeline, TimelineSpan
 from archsim.spec.chip import ChipSpec, Efficiency
@@ -299,9 +300,8 @@ def replay_system(
     context = _Context(
         system, source, fabric, placement, chip, efficiency, comm, options, record, trace.mode, rebuild, stack
     )
-    if microbatches is None:
-        return context.data_parallel(trace)
-    return context.pipelined(trace, microbatches)
+    run = context.data_parallel(trace) if microbatches is None else context.pipelined(trace, microbatches)
+    return SystemRun(priced(run.result, chip, library), run.timeline)
 
 
 def _data_parallel_trace(

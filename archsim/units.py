@@ -12,8 +12,11 @@ frequency      float, hertz                Hz, kHz, MHz, GHz
 time           float, seconds              s, ms, us, ns, ps
 throughput     float, operations per s     FLOPS, TFLOPS, TFLOP/s, TOPS, OP/s ...
 power          float, watts                W, kW
-area           float, square millimetres   mm^2, mm2
+area           float, square millimetres   mm^2, mm2, um^2
 length         float, nanometres           nm, um
+energy         float, joules               J, mJ, uJ, nJ, pJ
+energy/bit     float, joules per bit       pJ/bit, nJ/bit ...
+power density  float, watts per mm^2       W/mm^2, mW/mm^2
 =============  ==========================  ===================================================
 
 GB and GiB mean what they say: decimal prefixes are powers of 1000, binary ones powers of 1024.
@@ -42,6 +45,9 @@ class Dimension(enum.Enum):
     POWER = "power"
     AREA = "area"
     LENGTH = "length"
+    ENERGY = "energy"
+    ENERGY_PER_BIT = "energy per bit"
+    POWER_DENSITY = "power density"
 
 
 _DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
@@ -68,6 +74,12 @@ def _build_table() -> dict[str, tuple[Dimension, float, float]]:
         table[f"{prefix}W"] = (Dimension.POWER, factor, 1.0)
     for prefix, divisor in _SUBUNIT_DIVISOR.items():
         table[f"{prefix}s"] = (Dimension.TIME, 1.0, divisor)
+    for prefix, divisor in _SUBUNIT_DIVISOR.items():
+        table[f"{prefix}J"] = (Dimension.ENERGY, 1.0, divisor)
+        table[f"{prefix}J/bit"] = (Dimension.ENERGY_PER_BIT, 1.0, divisor)
+    table["um^2"] = (Dimension.AREA, 1.0, 1e6)
+    table["W/mm^2"] = (Dimension.POWER_DENSITY, 1.0, 1.0)
+    table["mW/mm^2"] = (Dimension.POWER_DENSITY, 1.0, 1e3)
     table["mm^2"] = (Dimension.AREA, 1.0, 1.0)
     table["mm2"] = (Dimension.AREA, 1.0, 1.0)
     table["nm"] = (Dimension.LENGTH, 1.0, 1.0)

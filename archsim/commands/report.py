@@ -2,6 +2,8 @@
 
 * ``archsim report run TARGET WORKLOAD [run options] --out FILE.html``: the run's summary, per-layer
   breakdown, roofline and timeline;
+* ``archsim report compare A B WORKLOAD [compare options] --out FILE.html``: the factors of B's speedup
+  over A (:mod:`archsim.compare`) as a summary and a waterfall;
 * ``archsim report sweep RESULTS --out FILE.html [--x COLUMN] [--y COLUMN] [--workload W]``, where
   ``RESULTS`` is a sweep's results folder or its ``results.parquet``: the sweep's summary, best row
   per workload, refused runs, scatter, Pareto fronts and (when the chip count varies) scaling curves.
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from archsim.commands import training
+from archsim.commands.compare import add_compare_arguments, compare_args
 from archsim.commands.figure_inputs import (
     add_run_arguments,
     read_results,
@@ -44,6 +47,12 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     sweep.add_argument("--workload", default=None, help="keep only this workload's rows")
     sweep.add_argument("--out", required=True, metavar="FILE.html")
     sweep.set_defaults(handler=report_sweep)
+    compare = kinds.add_parser(
+        "compare", parents=[common], help="the factors of B's speedup over A as a summary and a waterfall"
+    )
+    add_compare_arguments(compare)
+    compare.add_argument("--out", required=True, metavar="FILE.html")
+    compare.set_defaults(handler=report_compare)
 
 
 def report_run(args: argparse.Namespace) -> int:
@@ -54,6 +63,15 @@ def report_run(args: argparse.Namespace) -> int:
     result, library, timeline = simulate_run(args)
     result = training.extend_args(result, args)
     write_output(plots.write_report, plots.run_report(result, library, links=timeline.links), args.out)
+    return 0
+
+
+def report_compare(args: argparse.Namespace) -> int:
+    """Compare two targets and write the comparison's report."""
+    from archsim.results.compare_report import comparison_report
+    from archsim.results.report import write_report
+
+    write_output(write_report, comparison_report(compare_args(args)), args.out)
     return 0
 
 

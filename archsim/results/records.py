@@ -52,6 +52,8 @@ class LayerRecord:
     bound: str
     stage: int = 0
     """Pipeline stage whose chip ran the op (0 without pipelining)."""
+    energy_j: float = 0.0
+    """Dynamic energy of the op on its chip (J), from its counts (:mod:`archsim.models.energy`)."""
 
     @classmethod
     def of(cls, op: Op, timing: OpTiming, clock_hz: float, stage: int = 0) -> LayerRecord:
@@ -110,19 +112,29 @@ class CollectiveRecord:
 
 @dataclass(frozen=True, slots=True)
 class Normalized:
-    """Throughput normalized per chip, per watt of TDP and per billion transistors (None if unknown)."""
+    """Throughput normalized per chip, per watt, per billion transistors and per mm^2 (None if unknown).
+
+    ``per_watt`` divides by the modelled average power of a chip (:attr:`RunResult.power_w`);
+    ``per_watt_tdp`` by its published TDP; ``per_mm2`` by its area (:attr:`RunResult.area_mm2`).
+    """
 
     per_chip: float
     per_watt: float | None
     per_billion_transistors: float | None
+    per_watt_tdp: float | None = None
+    per_mm2: float | None = None
 
     @classmethod
-    def of(cls, per_chip: float, chip: ChipSpec) -> Normalized:
-        """Normalize a per-chip throughput by ``chip``'s published TDP and transistor count."""
+    def of(
+        cls, per_chip: float, chip: ChipSpec, power_w: float | None = None, area_mm2: float | None = None
+    ) -> Normalized:
+        """Normalize a per-chip throughput by modelled power and area, and ``chip``'s TDP and transistors."""
         return cls(
             per_chip=per_chip,
-            per_watt=per_chip / chip.tdp_w if chip.tdp_w else None,
+            per_watt=per_chip / power_w if power_w else None,
             per_billion_transistors=per_chip / (chip.transistors / 1e9) if chip.transistors else None,
+            per_watt_tdp=per_chip / chip.tdp_w if chip.tdp_w else None,
+            per_mm2=per_chip / area_mm2 if area_mm2 else None,
         )
 
 
@@ -214,6 +226,28 @@ class RunResult:
     """The input pipeline of the step, when the run models it (``--input-decode``)."""
     time_to_train: TimeToTrainRecord | None = field(default=None, kw_only=True)
     """Time to train as MLPerf measures it, when asked (``--time-to-train``)."""
+    energy_j: float = field(default=0.0, kw_only=True)
+    """Energy of one step, all chips (J): dynamic energy of every op, link traffic and static power."""
+    energy_per_sample_j: float = field(default=0.0, kw_only=True)
+    """``energy_j`` over the samples of the step (``global_batch``)."""
+    energy_per_token_j: float | None = field(default=None, kw_only=True)
+    """``energy_per_sample_j`` over ``seq_len``, or itself when a sample is a token (``tokens/s``); None
+    without a sequence length."""
+    energy_breakdown_j: dict[str, float] = field(default_factory=dict, kw_only=True)
+    """``energy_j`` by where it went: ``compute``, ``sram``, ``dram``, ``link``, ``static``."""
+    power_w: float = field(default=0.0, kw_only=True)
+    """Average power of one chip over the step (W)."""
+    peak_power_w: float = field(default=0.0, kw_only=True)
+    """Highest power of one chip while any single op runs: its dynamic energy over its time, plus static."""
+    static_power_w: float = field(default=0.0, kw_only=True)
+    """Leakage and idle power of one chip (W), part of ``power_w``."""
+    area_mm2: float = field(default=0.0, kw_only=True)
+    """Die area of one chip: published where the chip's description gives it, else modelled."""
+    area_source: str = field(default="", kw_only=True)
+    """``published`` or ``modelled`` (MAC units and SRAM bitcells at the chip's node)."""
+    clock_scale: float = field(default=1.0, kw_only=True)
+    """Fraction of the nominal clock the chip ran at: below 1 when its modelled power passed its TDP and
+    the clock throttled (the step's times and throughput include it; the layers are at nominal clock)."""
     layers: tuple[LayerRecord, ...]
 
     def missing(self, figure: str) -> str:

@@ -176,7 +176,15 @@ def run_summary(result: RunResult) -> list[tuple[str, str, Cell]]:
         ("step_overhead_s", "step overhead", number(result.step_overhead_s, format_time(result.step_overhead_s))),
         ("throughput", "throughput", number(result.throughput, f"{format_number(result.throughput)} {unit}")),
         ("throughput_per_chip", "throughput per chip", number(n.per_chip, f"{format_number(n.per_chip)} {unit}")),
-        ("throughput_per_watt", "throughput per watt of TDP", number(n.per_watt, missing=result.missing("tdp"))),
+        ("throughput_per_watt", "throughput per watt (modelled power)", number(n.per_watt)),
+        (
+            "throughput_per_watt_tdp",
+            "throughput per watt of TDP",
+            number(n.per_watt_tdp, missing=result.missing("tdp")),
+        ),
+        ("energy_j", "energy per step, all chips", number(result.energy_j, f"{result.energy_j:.4g} J")),
+        ("power_w", "average power per chip", number(result.power_w, _power_text(result))),
+        ("area_mm2", f"die area ({result.area_source})", number(result.area_mm2, f"{result.area_mm2:.4g} mm^2")),
         ("flops", "FLOPs per step", number(result.flops, f"{result.flops / 1e12:.4g} TFLOP")),
         ("utilization", "utilization of peak", number(result.utilization, f"{100 * result.utilization:.1f}%")),
     ]
@@ -229,6 +237,14 @@ def _training_summary(result: RunResult) -> list[tuple[str, str, Cell]]:
             ),
         ]
     return rows
+
+
+def _power_text(result: RunResult) -> str:
+    """Average power, with the clock's throttle when the chip's TDP held it back."""
+    text = f"{result.power_w:.4g} W (peak {result.peak_power_w:.4g} W, static {result.static_power_w:.3g} W)"
+    if result.clock_scale < 1.0:
+        text += f", clock throttled to {100 * result.clock_scale:.1f}% by the TDP"
+    return text
 
 
 def _multichip_summary(result: RunResult) -> list[tuple[str, str, Cell]]:

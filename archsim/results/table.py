@@ -11,7 +11,9 @@ def summary_lines(result: RunResult) -> list[str]:
     unit = result.throughput_unit
     seq = f", seq_len {result.seq_len}" if result.seq_len is not None else ""
     n = result.normalized
-    per_watt = f"{n.per_watt:.3g}" if n.per_watt is not None else result.missing("tdp")
+    per_watt = f"{n.per_watt:.3g}" if n.per_watt is not None else "n/a"
+    per_tdp = f"{n.per_watt_tdp:.3g}" if n.per_watt_tdp is not None else result.missing("tdp")
+    throttled = f", clock throttled to {100 * result.clock_scale:.1f}% by the TDP" if result.clock_scale < 1.0 else ""
     per_bt = result.missing("transistors")
     if n.per_billion_transistors is not None:
         per_bt = f"{n.per_billion_transistors:.3g}"
@@ -22,7 +24,11 @@ def summary_lines(result: RunResult) -> list[str]:
         f"step time     {format_time(result.step_time_s)} (ops {format_time(result.ops_time_s)}, "
         f"step overhead {format_time(result.step_overhead_s)})",
         f"throughput    {result.throughput:.1f} {unit} ({n.per_chip:.1f} per chip, {per_watt} per W, "
-        f"{per_bt} per billion transistors)",
+        f"{per_tdp} per W of TDP, {per_bt} per billion transistors)",
+        f"energy        {result.energy_j:.4g} J per step ({result.energy_per_sample_j:.4g} J per sample), "
+        f"{result.power_w:.4g} W per chip (peak {result.peak_power_w:.4g} W, static {result.static_power_w:.3g} W)"
+        f"{throttled}",
+        f"area          {result.area_mm2:.4g} mm^2 per chip ({result.area_source})",
         f"flops         {result.flops / 1e12:.3f} TFLOP per step, utilization {100 * result.utilization:.1f}% of peak",
         f"memory        {format_bytes(result.memory_bytes)} used of {format_bytes(result.memory_capacity_bytes)} "
         f"{result.memory_technology}"

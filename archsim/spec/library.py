@@ -29,6 +29,7 @@ from archsim.spec.chip import ChipSpec, Family
 from archsim.spec.collective_library import CollectiveLibrarySpec
 from archsim.spec.common import parse_shape
 from archsim.spec.convergence import ConvergenceSpec
+from archsim.spec.energy import EnergySpec
 from archsim.spec.family import FamilySpec
 from archsim.spec.link import LinkSpec
 from archsim.spec.memory import MemorySpec
@@ -41,7 +42,17 @@ from archsim.spec.validation import ValidationSpec
 from archsim.spec.yamlio import read_yaml, validate
 
 ENV_VAR = "ARCHSIM_PATH"
-BUILTIN_FOLDERS = ("chips", "memory", "interconnect", "software", "workloads", "validation", "sweeps", "convergence")
+BUILTIN_FOLDERS = (
+    "chips",
+    "memory",
+    "interconnect",
+    "energy",
+    "software",
+    "workloads",
+    "validation",
+    "sweeps",
+    "convergence",
+)
 SPEC_CLASSES: dict[str, type[Any]] = {
     "chip": ChipSpec,
     "family": FamilySpec,
@@ -50,6 +61,7 @@ SPEC_CLASSES: dict[str, type[Any]] = {
     "model": ModelSpec,
     "system": SystemSpec,
     "collective-library": CollectiveLibrarySpec,
+    "energy": EnergySpec,
     "validation": ValidationSpec,
     "sweep": SweepSpec,
     "software": SoftwareSpec,
@@ -270,6 +282,11 @@ class Library:
     def memory(self, name: str) -> MemorySpec:
         """A memory technology by name."""
         spec: MemorySpec = self.spec(self.find(["memory"], name))
+        return spec
+
+    def energy(self, name: str = "cmos") -> EnergySpec:
+        """An energy technology (``kind: energy``) by name; ``cmos`` is the built-in one."""
+        spec: EnergySpec = self.spec(self.find(["energy"], name))
         return spec
 
     def link(self, name: str) -> LinkSpec:

@@ -14,6 +14,7 @@ from typing import Any
 
 from archsim.api import simulate
 from archsim.errors import ArchsimError, UsageError
+from archsim.models.energy import onchip_memory_bytes
 from archsim.results.records import RunResult
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Precision
@@ -24,7 +25,7 @@ from archsim.time_to_train import simulate_training
 
 DESIGN_COLUMNS = ("chip", "peak_flops", "tdp_w", "transistors", "onchip_memory_bytes", "main_memory_bandwidth")
 """Figures of the variant: peak FLOP/s and TDP (watts) of all its chips, transistors per chip, on-chip
-SRAM per chip (bytes, see :func:`onchip_memory_bytes`), main-memory bandwidth per chip (B/s)."""
+SRAM per chip (bytes, see :func:`archsim.models.energy.onchip_memory_bytes`), main-memory bandwidth per chip (B/s)."""
 RESULT_COLUMNS = (
     "mode",
     "batch",
@@ -37,7 +38,17 @@ RESULT_COLUMNS = (
     "utilization",
     "throughput_per_chip",
     "throughput_per_watt",
+    "throughput_per_watt_tdp",
     "throughput_per_billion_transistors",
+    "throughput_per_mm2",
+    "energy_j",
+    "energy_per_sample_j",
+    "power_w",
+    "peak_power_w",
+    "static_power_w",
+    "area_mm2",
+    "area_source",
+    "clock_scale",
     "ops_time_s",
     "step_overhead_s",
     "compute_bound_s",
@@ -94,24 +105,6 @@ def worker_library(search_path: tuple[str, ...]) -> Library:
     return _LIBRARIES[search_path]
 
 
-def onchip_memory_bytes(chip: ChipSpec) -> int:
-    """SRAM bytes on one chip.
-
-    The operand SRAMs of every array (systolic), tile memory (IPU), shared memory and L2 (GPU), the
-    L0/L1/unified buffers of every core and L2 (Ascend).
-    """
-    if chip.systolic is not None:
-        s = chip.systolic
-        return s.cores * s.arrays_per_core * (s.ifmap_sram + s.filter_sram + s.ofmap_sram)
-    if chip.ipu is not None:
-        return chip.ipu.tiles * chip.ipu.tile_sram
-    if chip.tensorcore is not None:
-        return chip.tensorcore.sm_count * chip.tensorcore.shared_memory_per_sm + chip.tensorcore.l2_cache
-    assert chip.cube is not None
-    c = chip.cube
-    return c.ai_cores * (c.l0a + c.l0b + c.l0c + c.l1 + c.unified_buffer) + c.l2_cache
-
-
 def design_columns(chip: ChipSpec, result: RunResult) -> dict[str, Any]:
     """The variant's design figures for one run (see :data:`DESIGN_COLUMNS`)."""
     chips = result.num_chips
@@ -130,6 +123,8 @@ def result_columns(result: RunResult) -> dict[str, Any]:
     columns = {name: getattr(result, name) for name in RESULT_COLUMNS if hasattr(result, name)}
     columns["throughput_per_chip"] = result.normalized.per_chip
     columns["throughput_per_watt"] = result.normalized.per_watt
+    columns["throughput_per_watt_tdp"] = result.normalized.per_watt_tdp
+    columns["throughput_per_mm2"] = result.normalized.per_mm2
     columns["throughput_per_billion_transistors"] = result.normalized.per_billion_transistors
     for bound, seconds in result.time_by_bound.items():
         columns[f"{bound}_bound_s"] = seconds

@@ -64,9 +64,12 @@ def test_run_json_has_the_documented_fields(capsys: pytest.CaptureFixture[str]) 
         "layers",
     ):
         assert key in result
-    assert set(result["normalized"]) == {"per_chip", "per_watt", "per_billion_transistors"}
+    assert set(result["normalized"]) == {"per_chip", "per_watt", "per_watt_tdp", "per_billion_transistors", "per_mm2"}
+    for key in ("energy_j", "power_w", "area_mm2", "energy_per_sample_j", "peak_power_w", "clock_scale"):
+        assert result[key] > 0, key
+    assert result["normalized"]["per_watt"] == pytest.approx(result["throughput"] / result["power_w"])
     layer = result["layers"][0]
-    for key in ("name", "kind", "start_s", "end_s", "cycles", "flops", "bytes", "bound"):
+    for key in ("name", "kind", "start_s", "end_s", "cycles", "flops", "bytes", "bound", "energy_j"):
         assert key in layer
     assert result["batch"] == 8
     assert result["mode"] == "infer"

@@ -64,11 +64,12 @@ def test_every_shipped_chip_has_tdp_and_die_area_or_says_not_published(library: 
 def test_not_published_is_shown_as_such(library: Library) -> None:
     ipu = simulate("gc200", "resnet50", batch=4, library=library)
     assert ipu.chip_not_published == ("tdp",)
-    assert ipu.normalized.per_watt is None
-    assert "not published per W" in summary_lines(ipu)[2]
-    per_watt = next(cell for field, _, cell in run_summary(ipu) if field == "throughput_per_watt")
+    assert ipu.normalized.per_watt_tdp is None
+    assert ipu.normalized.per_watt == ipu.throughput / ipu.power_w  # modelled power needs no TDP
+    assert "not published per W of TDP" in summary_lines(ipu)[2]
+    per_watt = next(cell for field, _, cell in run_summary(ipu) if field == "throughput_per_watt_tdp")
     assert (per_watt.text, per_watt.value) == ("not published", None)
     assert json.loads(to_json(ipu))["chip_not_published"] == ["tdp"]
     gpu = simulate("v100", "resnet50", batch=4, library=library)
     assert gpu.chip_not_published == ()
-    assert gpu.normalized.per_watt is not None
+    assert gpu.normalized.per_watt is not None and gpu.normalized.per_watt_tdp is not None

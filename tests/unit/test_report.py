@@ -29,7 +29,7 @@ from archsim.systems import simulate_system
 
 RUN_FIELDS = ("target", "workload", "mode", "batch", "precision", "seq_len", "num_chips", "step_time_s")
 RUN_FIELDS += ("ops_time_s", "step_overhead_s", "throughput", "flops", "utilization", "memory_bytes")
-RUN_FIELDS += ("memory_capacity_bytes",)
+RUN_FIELDS += ("memory_capacity_bytes", "energy_j", "power_w", "area_mm2")
 MULTICHIP_FIELDS = ("system", "nodes", "data_parallel", "pipeline_stages", "microbatches", "schedule", "collective")
 MULTICHIP_FIELDS += ("global_batch", "single_chip_throughput", "scaling_efficiency", "comm_s", "exposed_comm_s")
 MULTICHIP_FIELDS += ("bubble_s", "bubble_fraction")
@@ -111,6 +111,7 @@ def test_run_summary_holds_the_runs_numbers(run_page: str, multichip_run: RunRes
     expected = {field: getattr(run, field) for field in (*RUN_FIELDS, *MULTICHIP_FIELDS)}
     expected |= {f"{bound}_bound_s": seconds for bound, seconds in run.time_by_bound.items()}
     expected |= {"throughput_per_chip": run.normalized.per_chip, "throughput_per_watt": run.normalized.per_watt}
+    expected |= {"throughput_per_watt_tdp": run.normalized.per_watt_tdp}
     report = Report(run_page)
     assert report.summary == expected  # exact: each float written in its shortest exact form
     assert report.title == "archsim run: resnet50 (train) on dgx1"

@@ -1,0 +1,230 @@
+"""Energy per action, static power and die area of a chip: an Accelergy-style model.
+
+Energy is counted, never fitted. Every op's dynamic energy comes from the counts its cost model
+already produced (:class:`archsim.models.base.OpCost` and the op itself):
+
+* the matrix unit's multiply-accumulates (``flops / 2``) times the energy of one MAC at the run's
+  precision, or the vector unit's operations (``flops``) times one element-wise operation;
+* the matrix unit's operand traffic through its registers: the MACs times the bits each MAC moves
+  through them (:func:`operand_bits_per_mac`, from the unit's published shape), at the register energy
+  per bit;
+* the op's main-memory bytes times the memory technology's energy per bit (an interface figure:
+  HBM, DDR), plus the same bytes written into and read back out of an on-chip SRAM buffer once each
+  (``2 x bytes`` at the SRAM energy per bit), the staging every family does between memory and its
+  compute units.
+
+Instruction issue, clock distribution, caches between SRAM and main memory (L2) and wires are not
+counted: no cost model produces those counts, so the dynamic energy is a lower bound of what the
+silicon spends.
+
+**Process-node scaling.** Logic and SRAM figures are given at the technology's ``reference_node``
+(45 nm). At node ``L`` an energy is ``E x L / L_ref`` (switched capacitance shrinks with feature
+size while the supply voltage, about 0.9 V at 45 nm, has stopped scaling; Horowitz ISSCC 2014), and
+an area is ``A x (L / L_ref)^2``. A chip whose process is not published is priced at ``default_node``.
+
+**Area.** The published die area where there is one; otherwise the modelled area: MAC units (one per
+whole-chip MAC per clock at the chip's default precision) plus on-chip SRAM bitcells (see
+:func:`onchip_memory_bytes`), each at the node's area. I/O and wiring are not modelled, so a
+modelled area is a lower bound; it grows with the array and the SRAM, as does static power. A variant
+of a chip with a published area (a sweep's) has that area plus the change in modelled area.
+
+**Static power** (leakage and idle clocking) is ``static_power_density x area`` while the chip is
+powered, the whole step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from archsim.errors import SpecError
+from archsim.spec.chip import ChipSpec, Dataflow
+from archsim.spec.common import Precision, parse_shape
+from archsim.spec.energy import EnergySpec
+
+BITS_PER_BYTE = 8
+ACCUMULATOR_BITS = 32
+"""Matrix units accumulate in fp32 (int32 for int8): a partial sum moves 32 bits."""
+SRAM_ACCESSES_PER_DRAM_BYTE = 2
+"""Each byte from main memory is written into an on-chip buffer once and read out of it once."""
+
+
+def onchip_memory_bytes(chip: ChipSpec) -> int:
+    """SRAM bytes on one chip.
+
+    The operand SRAMs of every array (systolic), tile memory (IPU), shared memory and L2 (GPU), the
+    L0/L1/unified buffers of every core and L2 (Ascend).
+    """
+    if chip.systolic is not None:
+        s = chip.systolic
+        return s.cores * s.arrays_per_core * (s.ifmap_sram + s.filter_sram + s.ofmap_sram)
+    if chip.ipu is not None:
+        return chip.ipu.tiles * chip.ipu.tile_sram
+    if chip.tensorcore is not None:
+        return chip.tensorcore.sm_count * chip.tensorcore.shared_memory_per_sm + chip.tensorcore.l2_cache
+    assert chip.cube is not None
+    c = chip.cube
+    return c.ai_cores * (c.l0a + c.l0b + c.l0c + c.l1 + c.unified_buffer) + c.l2_cache
+
+
+def operand_bits_per_mac(chip: ChipSpec, precision: Precision) -> float:
+    """Bits one MAC of the matrix unit moves through its registers, from the unit's shape.
+
+    * tensor cores and Ascend cubes (an ``MxNxK`` operation per instruction): the ``A`` (``MxK``) and
+      ``B`` (``KxN``) operands read at the element width, the ``C`` accumulators read and ``D`` written at
+      32 bits, over the ``MxNxK`` MACs;
+    * systolic arrays: each PE latches one operand from each neighbour per MAC -- ifmap and filter
+      (``os``, the partial sum stays), or one operand and a 32-bit partial sum (``ws``, ``is``);
+    * IPU AMP units (whose shape is not published): both operands at the element width, no reuse.
+    """
+    element = precision.bytes * BITS_PER_BYTE
+    shape = None
+    if chip.tensorcore is not None:
+        shape = chip.tensorcore.mma_shape
+    elif chip.cube is not None:
+        shape = chip.cube.cube_shape
+    if shape is not None:
+        m, n, k = parse_shape(shape, 3)
+        return ((m * k + k * n) * element + 2 * m * n * ACCUMULATOR_BITS) / (m * n * k)
+    if chip.systolic is not None and chip.systolic.dataflow != Dataflow.OUTPUT_STATIONARY:
+        return float(element + ACCUMULATOR_BITS)
+    return float(2 * element)
+
+
+def process_nm(chip: ChipSpec, tech: EnergySpec) -> float:
+    """The chip's process node in nm, or the technology's ``default_node`` when not published."""
+    return chip.process if isinstance(chip.process, float) else tech.default_node
+
+
+def modelled_area_mm2(chip: ChipSpec, tech: EnergySpec) -> float:
+    """Die area from MAC units and SRAM bitcells at the chip's node (a lower bound: no I/O, no wiring)."""
+    area_scale = (process_nm(chip, tech) / tech.reference_node) ** 2
+    macs = chip.macs_per_clock(chip.default_precision) or 0
+    logic = macs * tech.mac_area[chip.default_precision]
+    sram = onchip_memory_bytes(chip) * BITS_PER_BYTE * tech.sram_bit_area
+    return (logic + sram) * area_scale
+
+
+@dataclass(frozen=True, slots=True)
+class ChipEnergy:
+    """One chip's per-action energies (J) at one precision, its area (mm^2) and static power (W)."""
+
+    mac_j: float
+    vector_op_j: float
+    register_mac_j: float
+    """Register traffic of one MAC: :func:`operand_bits_per_mac` at the register energy per bit."""
+    sram_bit_j: float
+    dram_bit_j: float
+    area_mm2: float
+    area_source: str
+    """How ``area_mm2`` was found: ``published``, ``published, resized`` or ``modelled`` (:func:`die_area`)."""
+    static_w: float
+
+    @property
+    def smallest_op_j(self) -> float:
+        """The cheapest arithmetic action: a lower bound of the energy of each FLOP pair."""
+        return min(self.mac_j, self.vector_op_j)
+
+    def op_energy(self, matrix: bool, flops: int, dram_bytes: int) -> OpEnergy:
+        """Dynamic energy of one op from its counts (see the module docstring)."""
+        compute_j = flops / 2 * self.mac_j if matrix else flops * self.vector_op_j
+        bits = dram_bytes * BITS_PER_BYTE
+        return OpEnergy(
+            compute_j=compute_j,
+            register_j=flops / 2 * self.register_mac_j if matrix else 0.0,
+            sram_j=SRAM_ACCESSES_PER_DRAM_BYTE * bits * self.sram_bit_j,
+            dram_j=bits * self.dram_bit_j,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class OpEnergy:
+    """Dynamic energy of one op on one chip, by where it was spent (J)."""
+
+    compute_j: float
+    register_j: float
+    sram_j: float
+    dram_j: float
+
+    @property
+    def total_j(self) -> float:
+        """All of it."""
+        return self.compute_j + self.register_j + self.sram_j + self.dram_j
+
+
+def die_area(chip: ChipSpec, tech: EnergySpec, original: ChipSpec | None = None) -> tuple[float, str]:
+    """The chip's die area (mm^2) and how it was found.
+
+    ``published``: the chip's published die area. ``published, resized``: ``chip`` is a variant of
+    ``original`` (a sweep's, say) whose modelled area differs, so the published area of ``original``
+    changes by the difference in modelled area (the silicon added or removed). ``modelled``: no
+    published area, :func:`modelled_area_mm2`.
+    """
+    if not isinstance(chip.die_area, float):
+        return modelled_area_mm2(chip, tech), "modelled"
+    if original is None:
+        return chip.die_area, "published"
+    change = modelled_area_mm2(chip, tech) - modelled_area_mm2(original, tech)
+    if change == 0.0:
+        return chip.die_area, "published"
+    return max(chip.die_area + change, modelled_area_mm2(chip, tech)), "published, resized"
+
+
+def chip_energy(
+    chip: ChipSpec, tech: EnergySpec, precision: Precision, source: str = "", original: ChipSpec | None = None
+) -> ChipEnergy:
+    """Resolve ``chip``'s per-action energies at ``precision`` from ``tech`` (node-scaled).
+
+    ``original`` is the description ``chip`` varies, if any (see :func:`die_area`). A main-memory
+    technology ``tech`` has no energy for is a :class:`SpecError` naming the file (``source``) and field.
+    """
+    memory = chip.memory.main.technology
+    if memory not in tech.memory:
+        known = ", ".join(sorted(tech.memory))
+        raise SpecError(source or tech.name, f"memory.{memory}", f"no energy per bit (known: {known})")
+    energy_scale = process_nm(chip, tech) / tech.reference_node
+    area, area_source = die_area(chip, tech, original)
+    return ChipEnergy(
+        mac_j=tech.mac[precision] * energy_scale,
+        vector_op_j=tech.vector_op[precision] * energy_scale,
+        register_mac_j=operand_bits_per_mac(chip, precision) * tech.register_read * energy_scale,
+        sram_bit_j=tech.sram_read * energy_scale,
+        dram_bit_j=tech.memory[memory],
+        area_mm2=area,
+        area_source=area_source,
+        static_w=tech.static_power_density * area,
+    )
+
+
+def link_bit_j(tech: EnergySpec, link: str, source: str = "") -> float:
+    """Energy of one bit over a link type; a link ``tech`` has no energy for is a SpecError."""
+    if link not in tech.link:
+        raise SpecError(
+            source or tech.name, f"link.{link}", f"no energy per bit (known: {', '.join(sorted(tech.link))})"
+        )
+    return tech.link[link]
+
+
+@dataclass(frozen=True, slots=True)
+class Throttle:
+    """What the power limit did to a step: the clock's fraction of nominal, and the step's new length."""
+
+    clock_scale: float
+    """1.0 when the modelled power stays within the limit."""
+    step_time_s: float
+
+
+def throttle(dynamic_j: float, static_w: float, step_time_s: float, limit_w: float | None) -> Throttle:
+    """Lower the clock as DVFS would when average power would pass ``limit_w`` (the chip's TDP).
+
+    The model throttles at fixed voltage: each action keeps its energy, and the step stretches to
+    ``dynamic_j / (limit_w - static_w)`` so that its average power equals the limit. The whole step is
+    taken to slow with the clock, which overstates the slowdown of memory-bound ops. Without a
+    published limit nothing throttles. A limit at or below the static power cannot be met: a
+    SpecError.
+    """
+    if limit_w is None or step_time_s <= 0.0 or dynamic_j / step_time_s + static_w <= limit_w:
+        return Throttle(1.0, step_time_s)
+    if limit_w <= static_w:
+        raise SpecError("", "tdp", f"{limit_w:g} W is at or below the modelled static power {static_w:.3g} W")
+    stretched = dynamic_j / (limit_w - static_w)
+    return Throttle(step_time_s / stretched, stretched)

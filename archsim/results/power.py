@@ -1,0 +1,120 @@
+"""Energy, power and area of a run: the energy model (:mod:`archsim.models.energy`) applied to a result.
+
+:func:`with_energy` takes a finished :class:`RunResult` and fills its energy fields from the counts
+it already holds: each layer's FLOPs, unit and main-memory bytes, each link class's bytes, and the
+step time. On a multi-chip system the layers are the representative chip's (one microbatch, every
+stage once), so their energy is scaled by the chip's share of the step's FLOPs; each chip is taken
+to drive one link of every link class the step used. When the chip's average power would pass its
+published TDP the clock throttles (:func:`archsim.models.energy.throttle`) and the step's times,
+throughput and utilization say so through ``clock_scale``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from archsim.errors import LookupFailed
+from archsim.models.energy import BITS_PER_BYTE, ChipEnergy, chip_energy, link_bit_j, throttle
+from archsim.results.records import LayerRecord, Normalized, RunResult
+from archsim.spec.chip import ChipSpec
+from archsim.spec.common import Precision
+from archsim.spec.energy import EnergySpec
+from archsim.spec.library import Library
+from archsim.spec.yamlio import validate
+
+TECHNOLOGY = "cmos"
+"""The energy technology (``energy/cmos.yaml``) every run is priced with; a user folder may shadow it."""
+
+MATRIX_UNIT = "matrix"
+
+
+def _layer_energy(
+    energy: ChipEnergy, layers: tuple[LayerRecord, ...]
+) -> tuple[tuple[LayerRecord, ...], dict[str, float]]:
+    """Each layer with its dynamic energy, and the layers' energy by part (one chip, as recorded)."""
+    parts = {"compute": 0.0, "register": 0.0, "sram": 0.0, "dram": 0.0}
+    priced = []
+    for layer in layers:
+        op = energy.op_energy(layer.unit == MATRIX_UNIT, layer.flops, layer.bytes)
+        parts["compute"] += op.compute_j
+        parts["register"] += op.register_j
+        parts["sram"] += op.sram_j
+        parts["dram"] += op.dram_j
+        priced.append(replace(layer, energy_j=op.total_j))
+    return tuple(priced), parts
+
+
+def _per_token(result: RunResult, per_sample_j: float) -> float | None:
+    """Energy per token: per sample where a sample is a token (a decode step), else over ``seq_len``."""
+    if result.throughput_unit == "tokens/s":
+        return per_sample_j
+    return per_sample_j / result.seq_len if result.seq_len else None
+
+
+def with_energy(
+    result: RunResult, chip: ChipSpec, tech: EnergySpec, source: str = "", original: ChipSpec | None = None
+) -> RunResult:
+    """``result`` with energy per step, power per chip, area and the power-normalized throughputs.
+
+    ``original``: the description ``chip`` is a variant of, if any (see :func:`archsim.models.energy.die_area`).
+    """
+    energy = chip_energy(chip, tech, Precision(result.precision), source, original)
+    layers, parts = _layer_energy(energy, result.layers)
+    recorded_flops = sum(layer.flops for layer in layers)
+    # the recorded layers are one chip's ops once; the step runs the chip's share of all the FLOPs
+    share = result.flops / result.num_chips / recorded_flops if recorded_flops else 1.0
+    per_chip = {part: joules * share for part, joules in parts.items()}
+    per_chip["link"] = sum(link.bytes * BITS_PER_BYTE * link_bit_j(tech, link.link, source) for link in result.links)
+    dynamic_j = sum(per_chip.values())
+    limit = throttle(dynamic_j, energy.static_w, result.step_time_s, chip.tdp_w)
+    step_time_s = limit.step_time_s
+    per_chip["static"] = energy.static_w * step_time_s
+    chips = result.num_chips
+    energy_j = sum(per_chip.values()) * chips
+    power_w = energy_j / chips / step_time_s if step_time_s > 0 else energy.static_w
+    durations = [(layer.energy_j, layer.end_s - layer.start_s) for layer in layers]
+    peak_dynamic = max((j / (s / limit.clock_scale) for j, s in durations if s > 0), default=0.0)
+    samples = result.global_batch or result.batch * chips
+    per_sample = energy_j / samples
+    throughput = result.throughput * limit.clock_scale
+    single = result.single_chip_throughput  # taken to throttle as the step does
+    return replace(
+        result,
+        layers=layers,
+        step_time_s=step_time_s,
+        ops_time_s=result.ops_time_s / limit.clock_scale,
+        step_overhead_s=result.step_overhead_s / limit.clock_scale,
+        throughput=throughput,
+        single_chip_throughput=None if single is None else single * limit.clock_scale,
+        utilization=result.utilization * limit.clock_scale,
+        normalized=Normalized.of(throughput / chips, chip, power_w, energy.area_mm2),
+        energy_j=energy_j,
+        energy_per_sample_j=per_sample,
+        energy_per_token_j=_per_token(result, per_sample),
+        energy_breakdown_j={part: joules * chips for part, joules in per_chip.items()},
+        power_w=power_w,
+        peak_power_w=max(peak_dynamic + energy.static_w, power_w),
+        static_power_w=energy.static_w,
+        area_mm2=energy.area_mm2,
+        area_source=energy.area_source,
+        clock_scale=limit.clock_scale,
+    )
+
+
+def _original(chip: ChipSpec, library: Library) -> ChipSpec | None:
+    """The chip as its file describes it, when the library holds a variant of it (a sweep's), else None."""
+    try:
+        entry = library.find(["chip"], chip.name)
+    except LookupFailed:  # a chip given by a path outside the library has no variant
+        return None
+    if library.spec(entry) is not chip:  # the name's entry holds another chip: this one is not its variant
+        return None
+    original: ChipSpec = validate(ChipSpec, entry.data, entry.source)
+    return None if original == chip else original
+
+
+def priced(result: RunResult, chip: ChipSpec, library: Library) -> RunResult:
+    """``result`` with its energy fields, priced with the library's :data:`TECHNOLOGY`."""
+    entry = library.find(["energy"], TECHNOLOGY)
+    tech: EnergySpec = library.spec(entry)
+    return with_energy(result, chip, tech, entry.source, _original(chip, library))

@@ -1,0 +1,59 @@
+"""Energy and area technology descriptions (``energy/NAME.yaml``, ``kind: energy``).
+
+One file describes a process technology the way Accelergy's energy tables do: what one action costs
+(a multiply-accumulate by precision, an element-wise operation, a bit read from on-chip SRAM, a bit
+moved to or from each memory technology, a bit sent over each link type) and what one unit of
+silicon occupies (a MAC by precision, an SRAM bit). Per-op figures are given at ``reference_node``
+and scaled to a chip's ``process`` by the rule stated in :mod:`archsim.models.energy`; off-chip memory
+and link energies are interface figures and are not scaled. Every number cites its source in
+``sources``, keyed by its YAML path.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import model_validator
+
+from archsim.spec.common import Area, Energy, EnergyPerBit, Length, Name, PowerDensity, Precision, Spec
+
+
+class EnergySpec(Spec):
+    """A process technology's per-action energies and per-unit areas."""
+
+    schema_version: Literal[1]
+    kind: Literal["energy"]
+    name: Name
+    aliases: tuple[Name, ...] = ()
+    description: str
+    reference_node: Length
+    """Process node (nm) at which ``mac``, ``vector_op``, ``sram_read`` and the areas are given."""
+    default_node: Length
+    """Node assumed for a chip whose ``process`` is not published."""
+    mac: dict[Precision, Energy]
+    """One multiply-accumulate (a multiply and an add) at the reference node, by operand precision."""
+    vector_op: dict[Precision, Energy]
+    """One element-wise floating-point (or integer) operation at the reference node."""
+    register_read: EnergyPerBit
+    """One bit read from or written to the registers that feed the matrix unit, at the reference node."""
+    sram_read: EnergyPerBit
+    """One bit read from or written to an on-chip SRAM buffer at the reference node."""
+    memory: dict[Name, EnergyPerBit]
+    """One bit moved between the chip and a memory technology (a ``memory/`` name), not scaled."""
+    link: dict[Name, EnergyPerBit]
+    """One bit sent over a link type (an ``interconnect/`` name), not scaled."""
+    mac_area: dict[Precision, Area]
+    """Silicon of one MAC unit (multiplier and adder) at the reference node."""
+    sram_bit_area: Area
+    """Silicon of one SRAM bit (bitcell) at the reference node."""
+    static_power_density: PowerDensity
+    """Leakage and idle power of one mm^2 of die, whatever the node (static power = density x area)."""
+    sources: dict[str, str]
+
+    @model_validator(mode="after")
+    def _complete(self) -> EnergySpec:
+        for table in ("mac", "vector_op", "mac_area"):
+            missing = [p.value for p in Precision if p not in getattr(self, table)]
+            if missing:
+                raise ValueError(f"{table}: needs every precision, missing {', '.join(missing)}")
+        return self

@@ -1,0 +1,195 @@
+"""The energy model (archsim.models.energy) and the energy fields of a run (archsim.results.power)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from archsim import simulate
+from archsim.cli import main
+from archsim.errors import SpecError
+from archsim.models.energy import chip_energy, modelled_area_mm2, operand_bits_per_mac, throttle
+from archsim.results.records import RunResult
+from archsim.spec.common import Precision
+from archsim.spec.library import Library, builtin_roots
+from archsim.sweep import run_sweep
+
+ENERGY_FILE = next(r for r in builtin_roots() if r.name == "energy") / "cmos.yaml"
+
+
+def test_every_builtin_memory_and_link_has_a_sourced_energy(library: Library) -> None:
+    tech = library.energy()
+    for entry in library.entries("chip"):
+        assert library.chip(entry.name).memory.main.technology in tech.memory, entry.name
+    for entry in library.entries("link"):
+        assert entry.name in tech.link, entry.name
+    data = yaml.safe_load(ENERGY_FILE.read_text())
+    paths = [
+        key for key, value in data.items() if isinstance(value, str) and key not in ("name", "kind", "description")
+    ]
+    paths += [f"{key}.{sub}" for key, value in data.items() if isinstance(value, dict) for sub in value]
+    for path in paths:
+        if not path.startswith("sources."):
+            assert path in data["sources"], f"{path} has no source"
+
+
+def test_energies_scale_with_the_node_and_memory_energy_does_not(library: Library) -> None:
+    tech = library.energy()
+    v100 = chip_energy(library.chip("v100"), tech, Precision.FP16)
+    h100 = chip_energy(library.chip("h100"), tech, Precision.FP16)
+    assert v100.mac_j == pytest.approx(tech.mac[Precision.FP16] * 12 / 45)
+    assert h100.mac_j == pytest.approx(tech.mac[Precision.FP16] * 4 / 45)
+    assert v100.dram_bit_j == h100.dram_bit_j == tech.memory["hbm2"]
+    # a published die area is used as published, and static power follows it
+    assert (v100.area_mm2, v100.area_source) == (815.0, "published")
+    assert v100.static_w == pytest.approx(815.0 * tech.static_power_density)
+
+
+def test_register_traffic_per_mac_follows_the_matrix_units_shape(library: Library) -> None:
+    # 4x4x4: (16 + 16) fp16 operands + 16 fp32 accumulators read and written, over 64 MACs
+    assert operand_bits_per_mac(library.chip("v100"), Precision.FP16) == (32 * 16 + 2 * 16 * 32) / 64 == 24
+    assert operand_bits_per_mac(library.chip("a100-40gb"), Precision.FP16) == 14  # 8x4x8
+    assert operand_bits_per_mac(library.chip("ascend910"), Precision.FP16) == 6  # 16x16x16
+    systolic = library.chip("systolic-32x32")
+    assert operand_bits_per_mac(systolic, Precision.FP16) == 32  # os: two fp16 operands latched per MAC
+    section = systolic.systolic.model_copy(update={"dataflow": "ws"})  # type: ignore[union-attr]
+    assert operand_bits_per_mac(systolic.model_copy(update={"systolic": section}), Precision.FP16) == 48
+
+
+def test_modelled_area_grows_with_the_array_and_the_sram(library: Library) -> None:
+    tech = library.energy()
+    chip = library.chip("systolic-32x32")
+    assert chip_energy(chip, tech, Precision.FP16).area_source == "modelled"
+    areas = []
+    for side in (32, 64, 128, 256):
+        section = chip.systolic.model_copy(update={"array_rows": side, "array_cols": side})  # type: ignore[union-attr]
+        areas.append(modelled_area_mm2(chip.model_copy(update={"systolic": section}), tech))
+    assert areas == sorted(areas) and len(set(areas)) == 4
+    bigger = chip.systolic.model_copy(update={"ifmap_sram": 2 * chip.systolic.ifmap_sram})  # type: ignore[union-attr]
+    assert modelled_area_mm2(chip.model_copy(update={"systolic": bigger}), tech) > areas[0]
+
+
+def test_throttle_holds_average_power_at_the_limit() -> None:
+    assert throttle(10.0, 5.0, 1.0, None).clock_scale == 1.0
+    assert throttle(10.0, 5.0, 1.0, 20.0).clock_scale == 1.0
+    held = throttle(30.0, 5.0, 1.0, 20.0)
+    assert held.clock_scale == pytest.approx(0.5)
+    assert 30.0 / held.step_time_s + 5.0 == pytest.approx(20.0)
+    with pytest.raises(SpecError, match="static power"):
+        throttle(30.0, 25.0, 1.0, 20.0)
+
+
+def test_a_run_reports_energy_power_and_area_that_add_up(library: Library) -> None:
+    run = simulate("v100", "gemm:4096x4096x4096", library=library)
+    assert run.energy_j == pytest.approx(sum(run.energy_breakdown_j.values()))
+    assert run.power_w == pytest.approx(run.energy_j / run.step_time_s)
+    assert run.static_power_w < run.power_w <= run.peak_power_w
+    dynamic = sum(layer.energy_j for layer in run.layers)
+    assert dynamic == pytest.approx(sum(run.energy_breakdown_j[p] for p in ("compute", "register", "sram", "dram")))
+    assert run.normalized.per_watt == pytest.approx(run.throughput / run.power_w)
+    assert run.normalized.per_watt_tdp == pytest.approx(run.throughput / 300.0)
+    assert run.normalized.per_mm2 == pytest.approx(run.throughput / 815.0)
+    assert (run.area_source, run.clock_scale) == ("published", 1.0)
+
+
+def test_a_chip_over_its_tdp_throttles_its_clock(library: Library) -> None:
+    nominal = simulate("v100", "gemm:4096x4096x4096", library=library)
+    entry = library.find(["chip"], "v100")
+    capped = library.with_specs({entry: library.chip("v100").model_copy(update={"tdp": 50.0})})
+    run = simulate("v100", "gemm:4096x4096x4096", library=capped)
+    assert run.clock_scale < 1.0
+    assert run.power_w == pytest.approx(50.0)
+    assert run.step_time_s == pytest.approx(nominal.step_time_s / run.clock_scale)
+    assert run.throughput < nominal.throughput
+    assert run.energy_breakdown_j["compute"] == pytest.approx(nominal.energy_breakdown_j["compute"])
+
+
+def test_multichip_energy_counts_every_chip_and_the_links(multichip_run: RunResult) -> None:
+    run = multichip_run
+    assert run.energy_breakdown_j["link"] > 0
+    assert run.power_w == pytest.approx(run.energy_j / run.num_chips / run.step_time_s)
+    assert run.energy_per_sample_j == pytest.approx(run.energy_j / run.global_batch)
+
+
+def test_a_memory_without_an_energy_is_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = yaml.safe_load(ENERGY_FILE.read_text())
+    del data["memory"]["hbm2"]
+    (tmp_path / "cmos.yaml").write_text(yaml.safe_dump(data))
+    code = main(["run", "--lib", str(tmp_path), "v100", "gemm:64x64x64", "--json"])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    assert captured.err.startswith("archsim: error: ") and "cmos.yaml: memory.hbm2: no energy per bit" in captured.err
+    assert captured.err.count("\n") == 1
+
+
+def test_cli_json_has_the_energy_fields(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "systolic-32x32", "gemm:256x256x256", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["area_source"] == "modelled" and result["area_mm2"] > 0
+    assert result["normalized"]["per_watt_tdp"] is None and result["normalized"]["per_watt"] > 0
+    assert sum(layer["energy_j"] for layer in result["layers"]) > 0
+
+
+def test_systolic_sweep_area_static_power_and_per_watt_follow_the_array(tmp_path: Path) -> None:
+    sweep = {
+        "schema_version": 1,
+        "kind": "sweep",
+        "name": "energy-array-sweep",
+        "target": "systolic-32x32",
+        "workloads": ["gemm:1024x1024x1024"],
+        "zip": [{"chip.systolic.array_rows": [32, 64, 128, 256], "chip.systolic.array_cols": [32, 64, 128, 256]}],
+    }
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    table = run_sweep(path, jobs=1, progress=False)
+    assert table["error"].isna().all()
+    for column in ("area_mm2", "static_power_w"):
+        assert table[column].is_monotonic_increasing and table[column].is_unique, column
+    assert (table["area_source"] == "modelled").all()
+    assert table["throughput_per_watt"].notna().all() and table["throughput_per_watt"].is_unique
+    assert table["energy_j"].notna().all() and table["power_w"].is_monotonic_increasing
+
+
+def test_a_process_axis_moves_energy_and_modelled_area_with_the_node(tmp_path: Path) -> None:
+    sweep = {
+        "schema_version": 1,
+        "kind": "sweep",
+        "name": "energy-node-sweep",
+        "target": "systolic-32x32",
+        "workloads": ["gemm:512x512x512"],
+        "grid": {"chip.process": ["45 nm", "16 nm", "7 nm"]},
+    }
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    table = run_sweep(path, jobs=1, progress=False)
+    assert table["chip.process"].tolist() == [45.0, 16.0, 7.0]
+    for column in ("area_mm2", "energy_j", "static_power_w"):
+        assert table[column].is_monotonic_decreasing and table[column].is_unique, column
+    assert table["throughput"].nunique() == 1  # the node changes energy and area, not the clock
+
+
+def test_a_sweep_that_grows_a_published_chip_grows_its_published_area(tmp_path: Path) -> None:
+    sweep = {
+        "schema_version": 1,
+        "kind": "sweep",
+        "name": "energy-sm-sweep",
+        "target": "v100",
+        "workloads": ["gemm:512x512x512"],
+        "grid": {"chip.tensorcore.sm_count": [40, 80, 160]},
+    }
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    table = run_sweep(path, jobs=1, progress=False)
+    assert table["area_source"].tolist() == ["published, resized", "published", "published, resized"]
+    assert table["area_mm2"][1] == 815.0
+    assert table["area_mm2"].is_monotonic_increasing and table["area_mm2"].is_unique
+    assert table["static_power_w"].is_monotonic_increasing
+
+
+def test_energy_per_token_divides_a_sequence_by_its_length(library: Library) -> None:
+    run = simulate("v100", "bert-base", batch=2, seq_len=64, library=library)
+    assert run.energy_per_token_j == pytest.approx(run.energy_per_sample_j / 64)
+    assert simulate("v100", "gemm:64x64x64", library=library).energy_per_token_j is None
