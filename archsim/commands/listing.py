@@ -1,4 +1,4 @@
-"""``archsim list``: the chips, workloads, memories and links on the search path."""
+"""``archsim list``: the chips, systems, workloads, memories and links on the search path."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from typing import Any
 
 from archsim.spec.library import Library
 
-KINDS = {"chips": "chip", "workloads": "model", "memory": "memory", "links": "link"}
+KINDS = {"chips": "chip", "systems": "system", "workloads": "model", "memory": "memory", "links": "link"}
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     """Register ``archsim list``."""
-    parser = sub.add_parser("list", parents=[common], help="chips, workloads, memories and links known")
+    parser = sub.add_parser("list", parents=[common], help="chips, systems, workloads, memories and links known")
     parser.add_argument("kind", nargs="?", choices=list(KINDS), help="only this kind")
     parser.set_defaults(handler=run)
 
