@@ -1,4 +1,8 @@
-"""Cost model of NVIDIA tensor-core GPUs (V100, A100, H100).
+"""Cost model of tensor-core GPUs (NVIDIA P100 to B200, AMD CDNA MI250X and MI300X).
+
+An AMD compute unit is priced as an SM: its matrix cores are the tensor cores, its local data share
+the shared memory that stages operand tiles, and a workgroup a thread block. A GPU without tensor
+cores (Pascal) runs its matrix products on the CUDA cores at ``cuda_core_fma_per_clock``.
 
 Matrix products and convolutions (as implicit GEMMs) run as tiled kernels: the output is cut into
 thread-block tiles of ``tile_m x tile_n``, each looping over ``K`` in steps of :data:`TILE_K`. A

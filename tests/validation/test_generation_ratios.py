@@ -26,6 +26,8 @@ import pytest
 from archsim import simulate
 from archsim.spec.library import Library
 
+pytestmark = pytest.mark.validation
+
 TOLERANCE = 0.25
 
 CASES: dict[str, tuple[str, str, str, dict[str, Any], float]] = {
