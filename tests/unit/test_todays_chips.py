@@ -36,10 +36,10 @@ def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object
     return result
 
 
-def check_bounds(result: dict[str, object]) -> None:
+def check_bounds(result: dict[str, object], chip_path: str | None = None) -> None:
     """Utilization and scaling within (0, 1], throughput under the peak, memory within capacity."""
     system = result["system"]
-    chip = LIBRARY.chip(LIBRARY.system(str(system)).chip if system else str(result["target"]))
+    chip = LIBRARY.chip(chip_path or (LIBRARY.system(str(system)).chip if system else str(result["target"])))
     peak = chip.peak[Precision(str(result["precision"]))]
     utilization = float(str(result["utilization"]))
     assert 0.0 < utilization <= 1.0
@@ -141,6 +141,31 @@ def test_bad_new_fields_are_refused_in_one_line(
     assert err.count("\n") == 1, err
     assert err.startswith(f"archsim: error: {path}"), err
     assert fragment in err, err
+
+
+@pytest.mark.parametrize(
+    ("base", "changes"),
+    [
+        ("tpu-v5p", {"systolic__mac_per_pe_per_clock": {"bf16": 1, "int8": 2, "fp8": 2}, "peak__fp8": "918 TFLOPS"}),
+        ("bow", {"ipu__amp_mac_per_clock": {"fp16": 64, "fp32": 16, "fp8": 128}, "peak__fp8": "700 TFLOPS"}),
+        (
+            "ascend910",
+            {"cube__cube_mac_per_clock": {"fp16": 4096, "int8": 8192, "fp8": 8192}, "peak__fp8": "512 TFLOPS"},
+        ),
+        (
+            "p100",
+            {"tensorcore__cuda_core_fma_per_clock": {"fp32": 64, "fp16": 128, "fp8": 256}, "peak__fp8": "42.4 TFLOPS"},
+        ),
+    ],
+)
+def test_every_family_rate_table_takes_fp8(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, base: str, changes: dict[str, object]
+) -> None:
+    """A hypothetical fp8 rate in any family's table runs (none of these chips has one in reality)."""
+    path = chip_file(tmp_path, base, **changes)
+    result = run_json(capsys, "run", path, "gemm:4096x4096x4096", "--precision", "fp8")
+    assert result["precision"] == "fp8"
+    check_bounds(result, path)
 
 
 def test_unknown_precision_is_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
