@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from archsim.cli import add_memory_argument, add_trace_arguments, positive_int
 from archsim.errors import UsageError
+from archsim.spec.common import Precision
 
 if TYPE_CHECKING:
     from archsim.results.records import RunResult
@@ -27,7 +28,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("workload", help="model name, trace file or gemm:MxNxK")
     parser.add_argument("--mode", choices=["train", "infer", "prefill", "decode"], default="infer")
     parser.add_argument("--batch", type=positive_int, default=None)
-    parser.add_argument("--precision", choices=["fp32", "tf32", "fp16", "bf16", "int8"], default=None)
+    parser.add_argument("--precision", choices=[p.value for p in Precision], default=None)
     parser.add_argument("--seq-len", type=positive_int, default=None)
     parser.add_argument("--prompt-len", type=positive_int, default=None, help="prefill and decode: prompt tokens")
     parser.add_argument("--gen-len", type=positive_int, default=None, help="decode: tokens generated per sequence")

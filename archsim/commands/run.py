@@ -33,7 +33,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=positive_int, default=None, help="per-chip batch (default: the model's)")
     parser.add_argument(
         "--precision",
-        choices=["fp32", "tf32", "fp16", "bf16", "int8"],
+        choices=[p.value for p in Precision],
         default=None,
         help="operand precision (default: the chip's, fp16 or bf16 on TPUs)",
     )

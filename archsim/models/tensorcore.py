@@ -1,4 +1,8 @@
-"""Cost model of NVIDIA tensor-core GPUs (V100, A100, H100).
+"""Cost model of tensor-core GPUs (NVIDIA P100 to B200, AMD CDNA MI250X and MI300X).
+
+An AMD compute unit is priced as an SM: its matrix cores are the tensor cores, its local data share
+the shared memory that stages operand tiles, and a workgroup a thread block. A GPU without tensor
+cores (Pascal) runs its matrix products on the CUDA cores at ``cuda_core_fma_per_clock``.
 
 Matrix products and convolutions (as implicit GEMMs) run as tiled kernels: the output is cut into
 thread-block tiles of ``tile_m x tile_n``, each looping over ``K`` in steps of :data:`TILE_K`. A
@@ -99,7 +103,8 @@ class TensorCoreModel:
         self.precision = precision
         self.tc: TensorCoreSection = chip.tensorcore
         fp32_fma = self.tc.cuda_core_fma_per_clock.get(Precision.FP32, 0)
-        # packed half2 arithmetic doubles the CUDA-core rate for 16-bit element-wise work
+        # packed half2 arithmetic doubles the CUDA-core rate for 16-bit element-wise work; CUDA cores
+        # have no 8-bit arithmetic, so fp8 and int8 element-wise work runs at the fp32 rate
         vector_scale = 2 if precision.bytes == 2 else 1
         vector_flops = 2.0 * fp32_fma * vector_scale * self.tc.sm_count * chip.clock
         self.rates: ChipRates = chip_rates(chip, efficiency, precision, vector_flops)
@@ -117,7 +122,7 @@ class TensorCoreModel:
                 f"and {m * n * ACCUMULATOR_BYTES * REGISTER_OVERHEAD:.0f} B of registers",
             )
         per_tc = self.tc.tensor_fma_per_clock.get(precision)
-        if per_tc is not None:
+        if per_tc is not None and self.tc.tensor_cores_per_sm is not None:
             self.sm_macs_per_clock = per_tc * self.tc.tensor_cores_per_sm
         else:
             self.sm_macs_per_clock = self.tc.cuda_core_fma_per_clock[precision]

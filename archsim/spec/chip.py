@@ -137,13 +137,19 @@ class ChipMemory(Spec):
 
 
 class TensorCoreSection(Spec):
-    """A tensor-core GPU: SMs of tensor cores and CUDA cores sharing an L1/shared memory."""
+    """A tensor-core GPU: SMs of tensor cores and CUDA cores sharing an L1/shared memory.
+
+    The same mechanism describes AMD CDNA GPUs: a compute unit (CU) is an SM, its matrix cores are
+    tensor cores, its local data share (LDS) is shared memory. A GPU without tensor cores (Pascal)
+    leaves ``tensor_cores_per_sm`` and ``mma_shape`` out and runs its matrix products on the CUDA
+    cores at the rates of ``cuda_core_fma_per_clock``.
+    """
 
     sm_count: Count
-    tensor_cores_per_sm: Count
-    mma_shape: str
+    tensor_cores_per_sm: Count | None = None
+    mma_shape: str | None = None
     """Shape ``MxNxK`` of one tensor-core matrix operation per clock, as published."""
-    tensor_fma_per_clock: dict[Precision, Count]
+    tensor_fma_per_clock: dict[Precision, Count] = Field(default_factory=dict)
     """Dense fused multiply-adds per clock per tensor core, by operand precision."""
     cuda_core_fma_per_clock: dict[Precision, Count]
     """Fused multiply-adds per clock per SM on the CUDA cores, by precision."""
@@ -156,7 +162,14 @@ class TensorCoreSection(Spec):
 
     @model_validator(mode="after")
     def _shape(self) -> TensorCoreSection:
-        parse_shape(self.mma_shape, 3)
+        described = (self.tensor_cores_per_sm is not None, self.mma_shape is not None, bool(self.tensor_fma_per_clock))
+        if any(described) and not all(described):
+            raise ValueError(
+                "tensor_cores_per_sm, mma_shape and tensor_fma_per_clock describe the tensor cores together: "
+                "give all three, or none for a GPU without tensor cores"
+            )
+        if self.mma_shape is not None:
+            parse_shape(self.mma_shape, 3)
         return self
 
 
@@ -303,7 +316,7 @@ class ChipSpec(Spec):
         """Whole-chip dense multiply-accumulates per clock at ``precision``, or None if unsupported."""
         if self.tensorcore is not None:
             tc = self.tensorcore
-            if precision in tc.tensor_fma_per_clock:
+            if precision in tc.tensor_fma_per_clock and tc.tensor_cores_per_sm is not None:
                 return tc.sm_count * tc.tensor_cores_per_sm * tc.tensor_fma_per_clock[precision]
             if precision in tc.cuda_core_fma_per_clock:
                 return tc.sm_count * tc.cuda_core_fma_per_clock[precision]

@@ -96,12 +96,18 @@ class StreamingMemory(enum.StrEnum):
 
 
 class Precision(enum.StrEnum):
-    """Numeric formats of the operands of a run; accumulation is in fp32 (int32 for int8)."""
+    """Numeric formats of the operands of a run; accumulation is in fp32 (int32 for int8).
+
+    ``fp8`` stands for both OCP 8-bit floating-point formats, E4M3 and E5M2: the chips that have
+    them run both at one matrix rate (NVIDIA Hopper/Blackwell, AMD CDNA 3), so a cost model needs
+    only the element size (one byte) and that rate.
+    """
 
     FP32 = "fp32"
     TF32 = "tf32"
     FP16 = "fp16"
     BF16 = "bf16"
+    FP8 = "fp8"
     INT8 = "int8"
 
     @property
@@ -115,6 +121,7 @@ _ELEMENT_BYTES = {
     Precision.TF32: 4,
     Precision.FP16: 2,
     Precision.BF16: 2,
+    Precision.FP8: 1,
     Precision.INT8: 1,
 }
 

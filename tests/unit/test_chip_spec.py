@@ -50,13 +50,16 @@ def test_v100_loads(library: Library) -> None:
         (lambda d: d.update(family="ipu"), "", "needs exactly the section 'ipu'"),
         (lambda d: d["peak"].update(fp16="250 TFLOPS"), "", "peak.fp16: published 250.0"),
         (lambda d: d.update(schema_version=2), "schema_version", "unsupported version 2"),
-        (lambda d: d.update(default_precision="fp8"), "default_precision", "should be"),
         (lambda d: d.update(tdp="unpublished"), "tdp", "not a quantity"),  # only "not published" says so
         (
             lambda d: (d.update(tdp="not published"), d["sources"].pop("tdp")),
             "",
             "tdp: 'not published' needs a source",
         ),
+        (lambda d: d.update(default_precision="fp4"), "default_precision", "should be"),
+        (lambda d: d.update(default_precision="fp8"), "", "default_precision fp8 has no peak entry"),
+        (lambda d: d["peak"].update(fp8="250 TFLOPS"), "", "peak.fp8: no unit of this chip runs fp8"),
+        (lambda d: d["tensorcore"].pop("mma_shape"), "tensorcore", "describe the tensor cores together"),
     ],
 )
 def test_invalid_chip_names_file_and_field(

@@ -27,6 +27,14 @@ SYSTEMS = [
     "tpu-v3-pod",
     "tpu-v4-pod",
     "tpu-v4-64",
+    "dgx-h200",
+    "dgx-b200",
+    "gb200-nvl72",
+    "mi300x-8",
+    "tpu-v5e-256",
+    "tpu-v5p-pod",
+    "bow-pod16",
+    "bow-pod64",
 ]
 CHIPS = {
     "dgx1": 8,
@@ -43,6 +51,14 @@ CHIPS = {
     "tpu-v3-pod": 1024,
     "tpu-v4-pod": 4096,
     "tpu-v4-64": 64,
+    "dgx-h200": 8,
+    "dgx-b200": 8,
+    "gb200-nvl72": 72,
+    "mi300x-8": 8,
+    "tpu-v5e-256": 256,
+    "tpu-v5p-pod": 6144,
+    "bow-pod16": 16,
+    "bow-pod64": 64,
 }
 
 

@@ -112,7 +112,7 @@ def test_mode_and_precision_strings(library: Library) -> None:
         build_trace("gemm:8x8x8", library, "serve", None, Precision.FP16, None)  # type: ignore[arg-type]
     assert err.value.field == "--mode"
     with pytest.raises(UsageError) as err:
-        build_trace("gemm:8x8x8", library, Mode.TRAIN, None, "fp8", None)  # type: ignore[arg-type]
+        build_trace("gemm:8x8x8", library, Mode.TRAIN, None, "fp4", None)  # type: ignore[arg-type]
     assert err.value.field == "--precision"
 
 

@@ -159,7 +159,7 @@ def test_bad_ops_name_the_field(tmp_path: Path, change: object, field: str, prob
     [
         ({"mode": "serve"}, "mode"),
         ({"batch": 0}, "batch"),
-        ({"precision": "fp8"}, "precision"),
+        ({"precision": "fp4"}, "precision"),
         ({"schema_version": 2}, "schema_version"),
         ({"kind": "model"}, "kind"),
         ({"extra": 1}, "extra"),
