@@ -59,6 +59,8 @@ class SplitChoice:
     cycles: int
     """Cycles of the busiest array."""
     compute_s: float
+    fill_s: float
+    """The part of ``compute_s`` spent filling and draining the array between folds."""
     dram_bytes: int
     memory_s: float
 
@@ -106,12 +108,15 @@ class SystolicModel:
         while parts == 1 or (parts <= stream and ceil_div(stream, parts) >= self.array.rows):  # rows may be 1
             piece = split_stream(layer, self.array.dataflow, parts)
             grid = fold_grid(piece, self.array.rows, self.array.cols, self.array.dataflow)
-            cycles = ceil_div(op.gemm.batch * parts * grid.folds, self.arrays) * grid.fold_cycles
+            folds = ceil_div(op.gemm.batch * parts * grid.folds, self.arrays)
+            cycles = folds * grid.fold_cycles
             words = dram_words(piece, self.array)
             moved = words.ifmap_reads + words.filter_reads + words.ofmap_reads + words.ofmap_writes
             dram = round(moved * e) * op.gemm.batch * parts + extras
+            seconds_per_cycle = 1 / macs_per_pe / eff.compute / self.chip.clock
+            fill_s = folds * (grid.fold_cycles - grid.t) * seconds_per_cycle
             choice = SplitChoice(
-                parts, cycles, cycles / macs_per_pe / eff.compute / self.chip.clock, dram, dram / dram_bytes_per_s
+                parts, cycles, cycles * seconds_per_cycle, fill_s, dram, dram / dram_bytes_per_s
             )
             if best is None or choice.time_s < best.time_s:
                 best = choice
@@ -132,7 +137,14 @@ class SystolicModel:
         if op.gemm is not None:
             choice = self.best_split(op, dram_bw)
             return finish(
-                self.rates, op, choice.compute_s, choice.memory_s, eff.op_overhead, choice.dram_bytes, Unit.MATRIX
+                self.rates,
+                op,
+                choice.compute_s,
+                choice.memory_s,
+                eff.op_overhead,
+                choice.dram_bytes,
+                Unit.MATRIX,
+                choice.fill_s,
             )
         compute_s = op.flops / (self.rates.vector_flops_per_s * eff.vector)
         return finish(self.rates, op, compute_s, op.bytes / dram_bw, eff.op_overhead, op.bytes, Unit.VECTOR)
