@@ -281,7 +281,8 @@ def replay_system(
     """
     fabric = fabric_for(system, library, options.nodes, source)
     asked = resolve_algorithm(options.collective, fabric, source) if options.collective not in (None, "auto") else None
-    call = gradient_call(library, system, fabric, options.bucket_bytes, asked)
+    named = options.software.collective_library if options.software is not None else None
+    call = gradient_call(library, system, fabric, options.bucket_bytes, asked, named)
     if call is not None:  # the links as the library's protocol for a gradient bucket sees them
         fabric = call.fabric
     placement = place(fabric, options.pipeline_stages, source)
