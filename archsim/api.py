@@ -24,6 +24,7 @@ from archsim.spec.common import Fusion, Precision, StreamingMemory
 from archsim.spec.library import Library
 from archsim.spec.software import Rewrite, SoftwareSpec
 from archsim.stack import check_name, default_software, is_kernel, planned_software, stack_efficiency, stack_options
+from archsim.uncertainty import with_error_bars
 from archsim.workloads import build_trace
 from archsim.workloads.memory import resident_bytes, update_only_bytes
 from archsim.workloads.options import TraceOptions
@@ -275,7 +276,7 @@ def run_trace(
     assert efficiency.host_overhead is not None
     timings = replay(trace, model, efficiency.host_overhead)
     assert efficiency.step_overhead is not None
-    return build_result(
+    result = build_result(
         target=target.name,
         chip=chip,
         trace=trace,
@@ -287,3 +288,4 @@ def run_trace(
         software=stack.name,
         input_samples_per_s=stack.input_pipeline,
     )
+    return with_error_bars(result, library, chip, is_kernel(trace))

@@ -59,6 +59,7 @@ from archsim.spec.library import Library
 from archsim.spec.software import SoftwareSpec
 from archsim.spec.system import SystemSpec
 from archsim.stack import check_name, default_software, is_kernel, planned_software, stack_efficiency
+from archsim.uncertainty import with_error_bars
 from archsim.workloads import build_trace, microbatch_trace
 from archsim.workloads.memory import resident_bytes
 from archsim.workloads.options import TraceOptions
@@ -300,9 +301,9 @@ def replay_system(
     context = _Context(
         system, source, fabric, placement, chip, efficiency, comm, options, record, trace.mode, rebuild, stack
     )
-    if microbatches is None:
-        return context.data_parallel(trace)
-    return context.pipelined(trace, microbatches)
+    run = context.data_parallel(trace) if microbatches is None else context.pipelined(trace, microbatches)
+    run.result = with_error_bars(run.result, library, chip, is_kernel(trace))
+    return run
 
 
 def _data_parallel_trace(

@@ -161,6 +161,10 @@ class RunResult:
     """Bytes of the step an IPU keeps in streaming memory (``--streaming-memory``; 0 elsewhere)."""
     software: str | None = field(default=None, kw_only=True)
     """The software stack that ran the graph (a ``software/`` name)."""
+    uncertainty: float | None = field(default=None, kw_only=True)
+    """Cross-validated error of the calibration rows like this run, a fraction (:mod:`archsim.uncertainty`)."""
+    extrapolation: tuple[str, ...] = field(default=(), kw_only=True)
+    """Which of ``chip``, ``software``, ``workload shape``, ``scale`` the calibration does not cover."""
     input_wait_s: float = field(default=0.0, kw_only=True)
     """Time the step waits for its input pipeline (the software's ``input_pipeline``), in ``step_time_s``."""
     system: str | None = field(default=None, kw_only=True)

@@ -31,6 +31,7 @@ from plotly.offline import get_plotlyjs
 from archsim.outfile import write_file
 from archsim.results import run_figures
 from archsim.results.records import RunResult
+from archsim.results.table import error_bar
 from archsim.results.timeline import TimelineSpan
 from archsim.units import format_bytes, format_time
 
@@ -179,6 +180,8 @@ def run_summary(result: RunResult) -> list[tuple[str, str, Cell]]:
         ("throughput_per_watt", "throughput per watt of TDP", number(n.per_watt, missing=result.missing("tdp"))),
         ("flops", "FLOPs per step", number(result.flops, f"{result.flops / 1e12:.4g} TFLOP")),
         ("utilization", "utilization of peak", number(result.utilization, f"{100 * result.utilization:.1f}%")),
+        ("uncertainty", "uncertainty (cross-validated error)", number(result.uncertainty, error_bar(result))),
+        ("extrapolation", "outside the calibration", word(", ".join(result.extrapolation) or "nothing")),
     ]
     for bound, seconds in result.time_by_bound.items():
         rows.append((f"{bound}_bound_s", f"time {bound}-bound", number(seconds, format_time(seconds))))
