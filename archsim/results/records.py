@@ -296,12 +296,8 @@ def generation_fields(trace: Trace, throughput: float, step_time_s: float) -> di
 def memory_fields(chip: ChipSpec, needed: int) -> dict[str, Any]:
     """The memory fields of a record for a chip whose step needs ``needed`` bytes."""
     held, streamed = split_bytes(chip, needed)
-    return {
-        "memory_bytes": held,
-        "memory_capacity_bytes": capacity_bytes(chip),
-        "memory_technology": capacity_technology(chip),
-        "streaming_memory_bytes": streamed,
-    }
+    fields = {"memory_bytes": held, "memory_capacity_bytes": capacity_bytes(chip), "streaming_memory_bytes": streamed}
+    return fields | {"memory_technology": capacity_technology(chip)}
 
 
 def build_result(
