@@ -25,6 +25,7 @@ from archsim.spec.common import Fusion, Precision, StreamingMemory
 from archsim.spec.library import Library
 from archsim.spec.software import Rewrite, SoftwareSpec
 from archsim.stack import check_name, default_software, is_kernel, planned_software, stack_efficiency, stack_options
+from archsim.uncertainty import with_error_bars
 from archsim.workloads import build_trace
 from archsim.workloads.memory import resident_bytes, update_only_bytes
 from archsim.workloads.options import TraceOptions
@@ -288,4 +289,4 @@ def run_trace(
         software=stack.name,
         input_samples_per_s=stack.input_pipeline,
     )
-    return priced(result, chip, library)
+    return with_error_bars(priced(result, chip, library), library, chip, is_kernel(trace))

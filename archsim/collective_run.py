@@ -74,15 +74,24 @@ def call_time_s(
 
 
 def gradient_call(
-    library: Library, system: SystemSpec, fabric: Fabric, bucket_bytes: int, algorithm: Algorithm | None = None
+    library: Library,
+    system: SystemSpec,
+    fabric: Fabric,
+    bucket_bytes: int,
+    algorithm: Algorithm | None = None,
+    software_library: str | None = None,
 ) -> CallPlan | None:
-    """How the system's collective library runs a gradient bucket's all-reduce (None: it names none).
+    """How a collective library runs a gradient bucket's all-reduce (None: none is named).
 
-    Training runs charge every bucket this plan: the protocol the library picks for a full bucket,
-    its fabric and launch latency. ``algorithm`` (an explicit ``--collective``) overrides the
-    library's algorithm rules.
+    The library is ``software_library`` (the ``collective_library`` of the software stack the run
+    names with ``--software``) or else the system's own. Training runs charge every bucket this
+    plan: the protocol the library picks for a full bucket, its fabric and launch latency.
+    ``algorithm`` (an explicit ``--collective``) overrides the library's algorithm rules.
     """
-    spec = library.system_collective_library(system)
+    if software_library is not None:
+        spec: CollectiveLibrarySpec | None = library.collective_library(software_library)
+    else:
+        spec = library.system_collective_library(system)
     if spec is None:
         return None
     return plan_call(spec, "all-reduce", bucket_bytes, fabric, algorithm)

@@ -78,7 +78,8 @@ def with_input(result: RunResult, rates: dict[str, float], decode: Decode, chip:
 
     The chips' own step is ``result.step_time_s``; the step becomes the longer of that and the time
     the pipeline needs for ``global_batch`` samples. Throughput, utilization, scaling efficiency and
-    the normalized throughputs follow the longer step; ``time_by_bound["input"]`` is the wait.
+    the normalized throughputs follow the longer step; ``time_by_bound["input"]`` is the wait, during
+    which the chips draw their static power (added to the step's energy, average power from it).
     """
     limit = min(rates, key=lambda stage: (rates[stage], stage))
     rate = rates[limit]
@@ -97,12 +98,23 @@ def with_input(result: RunResult, rates: dict[str, float], decode: Decode, chip:
         step_bound="input" if wait > 0 else "ops",
     )
     throughput = result.global_batch / step
+    waiting_j = result.static_power_w * wait * result.num_chips  # the chips idle, leaking, while they wait
+    energy_j = result.energy_j + waiting_j
+    power_w = energy_j / result.num_chips / step if step > 0 else result.power_w
+    breakdown = {**result.energy_breakdown_j}
+    breakdown["static"] = breakdown.get("static", 0.0) + waiting_j
+    scale = energy_j / result.energy_j if result.energy_j > 0 else 1.0
     return replace(
         result,
         step_time_s=step,
         throughput=throughput,
         utilization=result.utilization * ops_step / step,
-        normalized=Normalized.of(throughput / result.num_chips, chip),
+        normalized=Normalized.of(throughput / result.num_chips, chip, power_w, result.area_mm2),
+        energy_j=energy_j,
+        energy_per_sample_j=result.energy_per_sample_j * scale,
+        energy_per_token_j=None if result.energy_per_token_j is None else result.energy_per_token_j * scale,
+        energy_breakdown_j=breakdown,
+        power_w=power_w,
         time_by_bound={**result.time_by_bound, "input": wait},
         scaling_efficiency=None if result.scaling_efficiency is None else result.scaling_efficiency * ops_step / step,
         input_pipeline=record,

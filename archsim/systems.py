@@ -60,6 +60,7 @@ from archsim.spec.library import Library
 from archsim.spec.software import SoftwareSpec
 from archsim.spec.system import SystemSpec
 from archsim.stack import check_name, default_software, is_kernel, planned_software, stack_efficiency
+from archsim.uncertainty import with_error_bars
 from archsim.workloads import build_trace, microbatch_trace
 from archsim.workloads.memory import resident_bytes
 from archsim.workloads.options import TraceOptions
@@ -282,7 +283,8 @@ def replay_system(
     """
     fabric = fabric_for(system, library, options.nodes, source)
     asked = resolve_algorithm(options.collective, fabric, source) if options.collective not in (None, "auto") else None
-    call = gradient_call(library, system, fabric, options.bucket_bytes, asked)
+    named = options.software.collective_library if options.software is not None else None
+    call = gradient_call(library, system, fabric, options.bucket_bytes, asked, named)
     if call is not None:  # the links as the library's protocol for a gradient bucket sees them
         fabric = call.fabric
     placement = place(fabric, options.pipeline_stages, source)
@@ -301,7 +303,8 @@ def replay_system(
         system, source, fabric, placement, chip, efficiency, comm, options, record, trace.mode, rebuild, stack
     )
     run = context.data_parallel(trace) if microbatches is None else context.pipelined(trace, microbatches)
-    return SystemRun(priced(run.result, chip, library), run.timeline)
+    result = with_error_bars(priced(run.result, chip, library), library, chip, is_kernel(trace))
+    return SystemRun(result, run.timeline)
 
 
 def _data_parallel_trace(

@@ -8,7 +8,9 @@ import sys
 from typing import Any
 
 from archsim.spec.library import Library
-from archsim.spec.validation import Group, Level
+from archsim.spec.uncertainty import ANY
+from archsim.spec.validation import Group, Level, Metric
+from archsim.uncertainty import error_table
 from archsim.validation import ValidationReport, validate
 
 
@@ -47,6 +49,51 @@ def table_lines(report: ValidationReport) -> list[str]:
     return lines
 
 
+def group_errors(report: ValidationReport, library: Library) -> list[dict[str, object]]:
+    """MAPE per family, software and level: in-sample from this run, cross-validated from the error table.
+
+    The cross-validated figure is the one ``scripts/calibrate.py --uncertainty`` measured (None where
+    it measured none: the collective rows, and any table but the one it was run on).
+    """
+    table = error_table(library)
+    stored: dict[tuple[str, str, str], float] = {}
+    if table is not None and table.table == report.name:
+        stored = {(e.family, e.software, e.level): float(e.cross_validated) for e in table.errors}
+    groups: dict[tuple[str, str, str], list[float]] = {}
+    for r in report.rows:
+        level = r.row.group.level.value
+        keys = [(r.family, r.software, level)]
+        if r.row.metric is not Metric.BUSBW:  # a collective call depends on no family parameter
+            keys += [(r.family, ANY, level), (r.family, ANY, ANY)]
+        for key in keys:
+            groups.setdefault(key, []).append(abs(r.error))
+    return [
+        {
+            "family": family,
+            "software": software,
+            "level": level,
+            "rows": len(errors),
+            "in_sample": sum(errors) / len(errors),
+            "cross_validated": stored.get((family, software, level)),
+        }
+        for (family, software, level), errors in sorted(groups.items())
+    ]
+
+
+def group_lines(groups: list[dict[str, object]]) -> list[str]:
+    """The per family, software and level table of :func:`group_errors`."""
+    header = f"{'family':<11} {'software':<16} {'level':<9} {'rows':>4}  {'in-sample':>9}  {'cross-validated':>15}"
+    lines = [header, "-" * len(header)]
+    for g in groups:
+        held = g["cross_validated"]
+        held_text = "n/a" if held is None else f"{100 * float(held):.1f}%"  # type: ignore[arg-type]
+        lines.append(
+            f"{g['family']:<11} {g['software']:<16} {g['level']:<9} {g['rows']:>4}  "
+            f"{100 * float(g['in_sample']):>8.1f}%  {held_text:>15}"  # type: ignore[arg-type]
+        )
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
     """Run every row; exit status is non-zero only when a row cannot be run, never for error size."""
     library = Library(args.lib)
@@ -56,8 +103,9 @@ def run(args: argparse.Namespace) -> int:
         from archsim.results.figures import validation_scatter, write_html
 
         write_html(validation_scatter(report), args.plot, "--plot")
+    groups = group_errors(report, library)
     if args.json:
-        print(json.dumps(report.to_dict(), indent=1, allow_nan=False))
+        print(json.dumps(report.to_dict() | {"groups": groups}, indent=1, allow_nan=False))
     else:
-        print("\n".join(table_lines(report)))
+        print("\n".join([*table_lines(report), "", *group_lines(groups)]))
     return 0

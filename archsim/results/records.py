@@ -174,6 +174,10 @@ class RunResult:
     """Bytes of the step an IPU keeps in streaming memory (``--streaming-memory``; 0 elsewhere)."""
     software: str | None = field(default=None, kw_only=True)
     """The software stack that ran the graph (a ``software/`` name)."""
+    uncertainty: float | None = field(default=None, kw_only=True)
+    """Cross-validated error of the calibration rows like this run, a fraction (:mod:`archsim.uncertainty`)."""
+    extrapolation: tuple[str, ...] = field(default=(), kw_only=True)
+    """Which of ``chip``, ``software``, ``workload shape``, ``scale`` the calibration does not cover."""
     input_wait_s: float = field(default=0.0, kw_only=True)
     """Time the step waits for its input pipeline (the software's ``input_pipeline``), in ``step_time_s``."""
     system: str | None = field(default=None, kw_only=True)
@@ -331,12 +335,8 @@ def generation_fields(trace: Trace, throughput: float, step_time_s: float) -> di
 def memory_fields(chip: ChipSpec, needed: int) -> dict[str, Any]:
     """The memory fields of a record for a chip whose step needs ``needed`` bytes."""
     held, streamed = split_bytes(chip, needed)
-    return {
-        "memory_bytes": held,
-        "memory_capacity_bytes": capacity_bytes(chip),
-        "memory_technology": capacity_technology(chip),
-        "streaming_memory_bytes": streamed,
-    }
+    fields = {"memory_bytes": held, "memory_capacity_bytes": capacity_bytes(chip), "streaming_memory_bytes": streamed}
+    return fields | {"memory_technology": capacity_technology(chip)}
 
 
 def build_result(

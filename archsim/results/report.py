@@ -31,6 +31,7 @@ from plotly.offline import get_plotlyjs
 from archsim.outfile import write_file
 from archsim.results import run_figures
 from archsim.results.records import RunResult
+from archsim.results.table import error_bar
 from archsim.results.timeline import TimelineSpan
 from archsim.units import format_bytes, format_time
 
@@ -187,6 +188,8 @@ def run_summary(result: RunResult) -> list[tuple[str, str, Cell]]:
         ("area_mm2", f"die area ({result.area_source})", number(result.area_mm2, f"{result.area_mm2:.4g} mm^2")),
         ("flops", "FLOPs per step", number(result.flops, f"{result.flops / 1e12:.4g} TFLOP")),
         ("utilization", "utilization of peak", number(result.utilization, f"{100 * result.utilization:.1f}%")),
+        ("uncertainty", "uncertainty (cross-validated error)", number(result.uncertainty, error_bar(result))),
+        ("extrapolation", "outside the calibration", word(", ".join(result.extrapolation) or "nothing")),
     ]
     for bound, seconds in result.time_by_bound.items():
         rows.append((f"{bound}_bound_s", f"time {bound}-bound", number(seconds, format_time(seconds))))

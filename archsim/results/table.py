@@ -38,8 +38,16 @@ def summary_lines(result: RunResult) -> list[str]:
             else ""
         ),
         f"op time by bound: {bounds}",
+        f"error bar     {error_bar(result)}; outside the calibration: {', '.join(result.extrapolation) or 'nothing'}",
         *generation_lines(result),
     ]
+
+
+def error_bar(result: RunResult) -> str:
+    """``uncertainty`` as people read it: the cross-validated error of runs like this one."""
+    if result.uncertainty is None:
+        return "unknown (no calibration row of this family)"
+    return f"+/-{100 * result.uncertainty:.1f}% (cross-validated error of the calibration rows like this run)"
 
 
 def generation_lines(result: RunResult) -> list[str]:

@@ -38,6 +38,7 @@ from archsim.spec.model import ModelSpec
 from archsim.spec.software import SoftwareSpec
 from archsim.spec.sweep import SweepSpec
 from archsim.spec.system import SystemSpec
+from archsim.spec.uncertainty import UncertaintySpec
 from archsim.spec.validation import ValidationSpec
 from archsim.spec.yamlio import read_yaml, validate
 
@@ -67,6 +68,7 @@ SPEC_CLASSES: dict[str, type[Any]] = {
     "software": SoftwareSpec,
     "convergence": ConvergenceSpec,
     "mlperf": MlperfSpec,
+    "uncertainty": UncertaintySpec,
 }
 
 
@@ -297,6 +299,11 @@ class Library:
     def validation(self, name: str) -> ValidationSpec:
         """A validation table by name or path."""
         spec: ValidationSpec = self.spec(self.find(["validation"], name))
+        return spec
+
+    def uncertainty(self, name: str) -> UncertaintySpec:
+        """An error table (``kind: uncertainty``, written by ``scripts/calibrate.py --uncertainty``)."""
+        spec: UncertaintySpec = self.spec(self.find(["uncertainty"], name))
         return spec
 
     def system(self, name: str) -> SystemSpec:

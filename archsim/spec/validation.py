@@ -4,12 +4,16 @@ Published measurements, each mapped to the archsim run that predicts it.
 
 A row names a target, a workload and its settings (those of the published run: batch, precision,
 sequence length -- the prompt's, for a ``prefill`` or ``decode`` run, with ``gen_len`` --, gradient
-accumulation as ``microbatches`` on a system, the ``software`` stack and, where the run departed from
-what that stack does, its ``fusion`` and ``recompute``), which metric was measured (``throughput`` of
-the whole target in samples/s; ``op_time``: the time of the op of ``phase`` in the run, in ms;
-``op_rate``: that op's FLOPs over its time, in TFLOP/s; ``ttft``: a prefill run's time to first token,
-in ms), the published value with its unit and source, and the group it belongs to (``operator``,
-``single_chip``, ``multi_chip``). The table states the error tolerance of each group.
+accumulation as ``microbatches`` on a system, ``nodes``, ``pipeline_stages`` and an IPU's
+``streaming_memory`` as the CLI options of the same names, the ``software`` stack and, where the run
+departed from what that stack does, its ``fusion`` and ``recompute``), which metric was measured
+(``throughput`` of the whole target in samples/s; ``op_time``: the time of the op of ``phase`` in the
+run, in ms; ``op_rate``: that op's FLOPs over its time, in TFLOP/s; ``ttft``: a prefill run's time to
+first token, in ms; ``busbw``: the bus bandwidth of one collective call of ``bytes`` bytes, in GB/s as
+nccl-tests prints it, with ``workload`` the collective, ``software`` its collective library and no
+``mode``: what ``archsim collective`` answers), the published value with its unit and source, and the
+group it belongs to (``operator``, ``single_chip``, ``multi_chip``). The table states the error
+tolerance of each group.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Literal
 
 from pydantic import StrictFloat, StrictInt, model_validator
 
-from archsim.spec.common import Count, Fraction, Fusion, Name, Precision, Spec
+from archsim.spec.common import Count, Fraction, Fusion, Name, Precision, Spec, StreamingMemory
 
 
 class Level(enum.StrEnum):
@@ -49,6 +53,7 @@ class Metric(enum.StrEnum):
     OP_TIME = "op_time"
     OP_RATE = "op_rate"
     TTFT = "ttft"
+    BUSBW = "busbw"
 
     @property
     def per_op(self) -> bool:
@@ -61,6 +66,7 @@ UNITS = {
     Metric.OP_TIME: ("ms",),
     Metric.OP_RATE: ("TFLOP/s",),
     Metric.TTFT: ("ms",),
+    Metric.BUSBW: ("GB/s",),
 }
 
 
@@ -71,7 +77,8 @@ class Row(Spec):
     group: Group
     target: str
     workload: str
-    mode: Literal["train", "infer", "prefill", "decode"]
+    mode: Literal["train", "infer", "prefill", "decode"] | None = None
+    """The run's mode; required except in ``busbw`` rows, which time one collective call."""
     batch: Count | None = None
     seq_len: Count | None = None
     """The sequence length; the prompt's in ``prefill`` and ``decode`` rows."""
@@ -80,6 +87,14 @@ class Row(Spec):
     precision: Precision
     microbatches: Count | None = None
     """On a system: microbatches per step and replica (gradient accumulation), as ``--microbatches``."""
+    nodes: Count | None = None
+    """On a system: copies of it joined by its scale-out fabric, as ``--nodes``."""
+    pipeline_stages: Count | None = None
+    """On a system: chips per pipeline, as ``--pipeline-stages``."""
+    streaming_memory: StreamingMemory | None = None
+    """On an IPU system: what may live in streaming memory, as ``--streaming-memory``."""
+    bytes: Count | None = None
+    """For ``busbw``: the message size of the collective call, in bytes."""
     software: Name | None = None
     """The software stack of the published run, as ``--software`` (None: the chip's default)."""
     fusion: Fusion | None = None
@@ -108,6 +123,10 @@ class Row(Spec):
             raise ValueError("metric ttft is the metric of prefill rows")
         if self.gen_len is not None and self.mode != "decode":
             raise ValueError("gen_len applies to decode rows only")
+        if (self.metric is Metric.BUSBW) != (self.mode is None):
+            raise ValueError("mode is required, except in busbw rows, which have none")
+        if (self.metric is Metric.BUSBW) != (self.bytes is not None):
+            raise ValueError("bytes (the message size) is required with metric busbw and only there")
         if self.published <= 0:
             raise ValueError(f"published must be positive, got {self.published}")
         if self.recompute and self.mode != "train":
@@ -117,7 +136,7 @@ class Row(Spec):
     @property
     def published_si(self) -> float:
         """The published value in SI units: samples/s, seconds, or FLOP/s."""
-        scale = {"ms": 1e-3, "TFLOP/s": 1e12}.get(self.unit, 1.0)
+        scale = {"ms": 1e-3, "TFLOP/s": 1e12, "GB/s": 1e9}.get(self.unit, 1.0)
         return self.published * scale
 
 

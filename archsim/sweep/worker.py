@@ -56,6 +56,8 @@ RESULT_COLUMNS = (
     "communication_bound_s",
     "overhead_bound_s",
     "software",
+    "uncertainty",
+    "extrapolation",
     "memory_bytes",
     "memory_capacity_bytes",
     "memory_technology",
@@ -122,6 +124,7 @@ def result_columns(result: RunResult) -> dict[str, Any]:
     """The scalar results of a run (see :data:`RESULT_COLUMNS`)."""
     columns = {name: getattr(result, name) for name in RESULT_COLUMNS if hasattr(result, name)}
     columns["throughput_per_chip"] = result.normalized.per_chip
+    columns["extrapolation"] = ",".join(result.extrapolation)  # one string per cell: chip,software,...
     columns["throughput_per_watt"] = result.normalized.per_watt
     columns["throughput_per_watt_tdp"] = result.normalized.per_watt_tdp
     columns["throughput_per_mm2"] = result.normalized.per_mm2

@@ -21,7 +21,7 @@ from archsim.spec.library import Library
 from archsim.spec.software import DISPATCH_FIELDS, SoftwareSpec
 from archsim.spec.validation import ValidationSpec
 from archsim.validation.calibrate import _group_mape, _minimize, format_value, objective
-from archsim.validation.run import Prepared, ValidationReport, prepare, report_for, software_of
+from archsim.validation.run import Prepared, ValidationReport, prepare, report_for, software_name
 
 COMPUTE_PREFIX = "compute."
 """A parameter ``compute.PRECISION`` is the stack's matrix-kernel compute fraction at that precision."""
@@ -93,7 +93,7 @@ def fit_software(
     fields = [_field(p) for p in parameters]
     if len(set(fields)) != len(fields):
         raise ValueError("fit one compute fraction at a time")
-    rows = [p for p in (prepare(row, library) for row in spec_table.rows) if software_of(p, library).name == stack.name]
+    rows = [p for p in (prepare(row, library) for row in spec_table.rows) if software_name(p, library) == stack.name]
     if not rows:
         raise ValueError(f"{table} has no rows that run with software {stack.name}")
     if len(parameters) > len(rows):

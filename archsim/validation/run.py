@@ -9,13 +9,14 @@ overall.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from archsim.api import Target, resolve_target, run_trace
+from archsim.collective_run import collective
 from archsim.errors import SpecError
 from archsim.results.records import RunResult
 from archsim.spec.chip import Efficiency, Family
-from archsim.spec.common import Precision
+from archsim.spec.common import Precision, StreamingMemory
 from archsim.spec.library import Library
 from archsim.spec.software import SoftwareSpec
 from archsim.spec.system import SystemSpec
@@ -32,14 +33,17 @@ class Prepared:
 
     row: Row
     target: Target
-    trace: Trace
+    trace: Trace | None
+    """The trace one chip replays (None for a ``busbw`` row, which times one collective call)."""
     system: SystemSpec | None = None
-    """The multi-chip system the row runs on (its default parallel options), or None for one chip."""
+    """The multi-chip system the row runs on, or None for one chip."""
     source: str = ""
     microbatches: int | None = None
     """Microbatches per step of a system row (None: data parallel, one batch per step)."""
     software: SoftwareSpec | None = None
     """The stack the row names (None: the chip's default for its trace)."""
+    parallel: ParallelOptions | None = None
+    """A system row's options (nodes, pipeline stages, streaming memory) as its run gives them."""
 
     @property
     def family(self) -> Family:
@@ -53,8 +57,12 @@ class RowResult:
 
     row: Row
     predicted: float
-    """Prediction in the row's unit (samples/s, ms or TFLOP/s)."""
+    """Prediction in the row's unit (samples/s, ms, TFLOP/s or GB/s)."""
     tolerance: float
+    family: str = ""
+    """The family of the row's chip."""
+    software: str = ""
+    """What ran the row: its software stack, or a ``busbw`` row's collective library."""
 
     @property
     def error(self) -> float:
@@ -96,6 +104,8 @@ class ValidationReport:
                 {
                     "id": r.row.id,
                     "group": r.row.group.value,
+                    "family": r.family,
+                    "software_run": r.software,
                     "target": r.row.target,
                     "workload": r.row.workload,
                     "mode": r.row.mode,
@@ -104,6 +114,10 @@ class ValidationReport:
                     "gen_len": r.row.gen_len,
                     "precision": r.row.precision.value,
                     "microbatches": r.row.microbatches,
+                    "nodes": r.row.nodes,
+                    "pipeline_stages": r.row.pipeline_stages,
+                    "streaming_memory": None if r.row.streaming_memory is None else r.row.streaming_memory.value,
+                    "bytes": r.row.bytes,
                     "software": r.row.software,
                     "fusion": None if r.row.fusion is None else r.row.fusion.value,
                     "recompute": r.row.recompute,
@@ -129,23 +143,39 @@ class ValidationReport:
 
 def prepare(row: Row, library: Library) -> Prepared:
     """Resolve a row's target and build its trace (done once per row)."""
-    mode, precision = Mode(row.mode), Precision(row.precision)
     entry = library.find(["chip", "system"], row.target)
     system = library.system(row.target) if entry.kind == "system" else None
     chip = library.chip(system.chip) if system is not None else library.chip(row.target)
+    if row.mode is None:  # a busbw row: one collective call, no trace
+        if system is None:
+            raise SpecError(row.id, "target", "a busbw row needs a multi-chip system as the target")
+        return Prepared(row, Target(name=system.name, chip=chip), None, system, entry.source)
+    mode, precision = Mode(row.mode), Precision(row.precision)
     stack = planned_software(library, chip, row.software, row.workload)
     options = stack_options(stack, mode, precision, row.fusion, row.recompute, row.gen_len)
     named = stack if row.software is not None else None
     if system is not None:
         source = entry.source
-        parallel = ParallelOptions(microbatches=row.microbatches, trace=options, software=named)
+        parallel = ParallelOptions(
+            nodes=row.nodes or 1,
+            pipeline_stages=row.pipeline_stages or 1,
+            microbatches=row.microbatches,
+            trace=options,
+            streaming=row.streaming_memory or StreamingMemory.NONE,
+            software=named,
+        )
         trace, microbatches = system_trace(
             system, source, row.workload, mode, row.batch, precision, row.seq_len, library, parallel
         )
         target = Target(name=system.name, chip=chip)
-        return Prepared(row, target, trace, system, source, microbatches, named)
-    if row.microbatches is not None:
-        raise SpecError(row.id, "microbatches", "needs a multi-chip system as the target")
+        return Prepared(row, target, trace, system, source, microbatches, named, parallel)
+    for field, value in (
+        ("microbatches", row.microbatches),
+        ("nodes", row.nodes),
+        ("pipeline_stages", row.pipeline_stages),
+    ):
+        if value is not None:
+            raise SpecError(row.id, field, "needs a multi-chip system as the target")
     target = resolve_target(row.target, library)
     trace = build_trace(row.workload, library, mode, row.batch, precision, row.seq_len, options)
     return Prepared(row, target, trace, software=named)
@@ -167,11 +197,28 @@ def measure(row: Row, result: RunResult) -> float:
     return 1e3 * seconds
 
 
-def software_of(prepared: Prepared, library: Library) -> SoftwareSpec:
-    """The stack a prepared row runs with (the one it names, or its chip's default for its trace)."""
+def software_of(prepared: Prepared, library: Library) -> SoftwareSpec | None:
+    """The stack a prepared row runs with (the one it names, or its chip's default for its trace).
+
+    None for a ``busbw`` row, which runs a collective library, not a stack (see :func:`software_name`).
+    """
     if prepared.software is not None:
         return prepared.software
+    if prepared.trace is None:
+        return None
     return default_software(library, prepared.target.chip, is_kernel(prepared.trace))
+
+
+def software_name(prepared: Prepared, library: Library) -> str:
+    """The name of what runs a row: its software stack, or a ``busbw`` row's collective library."""
+    stack = software_of(prepared, library)
+    if stack is not None:
+        return stack.name
+    if prepared.row.software is not None:
+        return library.collective_library(prepared.row.software).name
+    assert prepared.system is not None  # a busbw row runs on a system
+    found = library.system_collective_library(prepared.system)
+    return found.name if found is not None else "links"
 
 
 def predict(
@@ -186,15 +233,27 @@ def predict(
     """
     efficiency = None if efficiencies is None else efficiencies.get(prepared.family)
     software = software_of(prepared, library)
+    if software is None or prepared.trace is None:
+        return _busbw(prepared, library)
     software = stacks.get(software.name, software) if stacks is not None else software
     if prepared.system is not None:
-        options = ParallelOptions(microbatches=prepared.microbatches, software=software)
+        options = replace(prepared.parallel or ParallelOptions(), software=software)
         run = replay_system(
             prepared.system, prepared.source, prepared.trace, prepared.microbatches, library, options, False, efficiency
         )
         return measure(prepared.row, run.result)
-    result = run_trace(prepared.target, prepared.trace, library, efficiency, software)
+    streaming = prepared.row.streaming_memory or StreamingMemory.NONE
+    result = run_trace(prepared.target, prepared.trace, library, efficiency, software, streaming=streaming)
     return measure(prepared.row, result)
+
+
+def _busbw(prepared: Prepared, library: Library) -> float:
+    """A busbw row: one collective call as ``archsim collective`` times it, in GB/s of bus bandwidth."""
+    row = prepared.row
+    assert row.bytes is not None  # checked by the row's validator
+    nodes = row.nodes or 1
+    result = collective(row.target, row.workload, [row.bytes], row.software, nodes, library=library)[0]
+    return result.busbw_bytes_per_s / 1e9
 
 
 def validate(
@@ -221,5 +280,6 @@ def report_for(
         if progress is not None:
             progress(index, len(prepared), item.row.id)
         predicted = predict(item, library, efficiencies, stacks)
-        results.append(RowResult(item.row, predicted, spec.tolerance[item.row.group]))
+        software = software_name(item, library)
+        results.append(RowResult(item.row, predicted, spec.tolerance[item.row.group], item.family.value, software))
     return ValidationReport(spec.name, tuple(results))

@@ -112,6 +112,8 @@ def test_run_summary_holds_the_runs_numbers(run_page: str, multichip_run: RunRes
     expected |= {f"{bound}_bound_s": seconds for bound, seconds in run.time_by_bound.items()}
     expected |= {"throughput_per_chip": run.normalized.per_chip, "throughput_per_watt": run.normalized.per_watt}
     expected |= {"throughput_per_watt_tdp": run.normalized.per_watt_tdp}
+    expected |= {"uncertainty": run.uncertainty, "extrapolation": ", ".join(run.extrapolation) or "nothing"}
+    assert run.uncertainty is not None and 0.0 < run.uncertainty < 1.0
     report = Report(run_page)
     assert report.summary == expected  # exact: each float written in its shortest exact form
     assert report.title == "archsim run: resnet50 (train) on dgx1"

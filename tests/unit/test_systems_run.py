@@ -244,3 +244,37 @@ def test_a_failed_timeline_write_leaves_nothing(capsys: pytest.CaptureFixture[st
     if code == 2:  # (root ignores the folder's permissions)
         assert (folder / "step.json").read_text() == "old"
         assert [p.name for p in folder.iterdir()] == ["step.json"]
+
+
+def test_a_software_stack_all_reduces_gradients_with_its_own_collective_library(tmp_path: Path) -> None:
+    # a copy of mxnet naming a copy of nccl whose every call costs 5 ms more: the run named with
+    # --software must pay it on each gradient bucket; the system's own library (nccl) does not
+    root = Path(__file__).resolve().parents[2]
+    nccl = (root / "software" / "nccl.yaml").read_text(encoding="utf-8")
+    slow = nccl.replace("name: nccl", "name: slow-nccl").replace("aliases: [nccl2]", "aliases: []")
+    slow = slow.replace('launch_latency: "59.6 us"', 'launch_latency: "5 ms"', 1)
+    (tmp_path / "slow-nccl.yaml").write_text(slow, encoding="utf-8")
+    mxnet = (root / "software" / "mxnet-20.12.yaml").read_text(encoding="utf-8")
+    stack = mxnet.replace("name: mxnet-20.12", "name: mxnet-slow").replace("aliases: [mxnet]", "aliases: []")
+    stack = stack.replace("collective_library: nccl", "collective_library: slow-nccl")
+    (tmp_path / "mxnet-slow.yaml").write_text(stack, encoding="utf-8")
+    library = Library([tmp_path], use_env=False)
+    common = {"mode": "train", "batch": 32, "library": library, "overlap": False}
+    fast = simulate_system("dgx1", "resnet50", software="mxnet", **common)  # type: ignore[arg-type]
+    slowed = simulate_system("dgx1", "resnet50", software="mxnet-slow", **common)  # type: ignore[arg-type]
+    assert slowed.result.comm_s >= fast.result.comm_s + 5e-3  # at least one bucket paid the 5 ms
+    assert slowed.result.step_time_s > fast.result.step_time_s
+    argv = ["run", "dgx1", "resnet50", "--mode", "train", "--batch", "32", "--lib", str(tmp_path)]
+    output = main_json([*argv, "--software", "mxnet-slow", "--no-overlap", "--json"])
+    assert output["comm_s"] == pytest.approx(slowed.result.comm_s)
+
+
+def main_json(argv: list[str]) -> dict[str, Any]:
+    import contextlib
+    import io
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        assert main(argv) == 0
+    parsed: dict[str, Any] = json.loads(buffer.getvalue())
+    return parsed

@@ -130,6 +130,18 @@ def test_the_input_pipeline_never_raises_throughput(library: Library) -> None:
         assert fed.throughput <= 4000 * (1 + 1e-12)
 
 
+def test_waiting_for_input_costs_static_power_and_keeps_per_watt(library: Library) -> None:
+    plain = simulate_training("dgx1", "resnet50", batch=64, time_to_train=False, library=library)
+    fed = simulate_training("dgx1", "resnet50", batch=64, time_to_train=False, input_decode="host", library=library)
+    assert fed.input_pipeline is not None
+    waiting_j = plain.static_power_w * fed.input_pipeline.wait_s * fed.num_chips
+    assert fed.energy_j == pytest.approx(plain.energy_j + waiting_j)
+    assert fed.power_w == pytest.approx(fed.energy_j / fed.num_chips / fed.step_time_s)
+    assert plain.static_power_w <= fed.power_w < plain.power_w  # idle time lowers the average
+    assert fed.normalized.per_watt == pytest.approx(fed.throughput / fed.num_chips / fed.power_w)
+    assert fed.normalized.per_mm2 is not None
+
+
 # -- time to train ----------------------------------------------------------------------------------
 
 
