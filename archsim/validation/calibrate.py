@@ -139,6 +139,29 @@ def fit_family(
     def run(subset: Sequence[Prepared], efficiency: Efficiency) -> ValidationReport:
         return report_for(spec, subset, library, {family: efficiency})
 
+    after, cross, count = fit_and_cross_validate(
+        rows, run, before, names, folds, max_evaluations, family.value, progress
+    )
+    return Fit(family, names, before, after, len(rows), run(rows, before), run(rows, after), cross, count)
+
+
+def fit_and_cross_validate(
+    rows: Sequence[Prepared],
+    run: Callable[[Sequence[Prepared], Efficiency], ValidationReport],
+    start: Efficiency,
+    names: Sequence[str],
+    folds: int,
+    max_evaluations: int,
+    label: str,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[Efficiency, dict[str, float | None], int]:
+    """Fit the Efficiency fields ``names`` from ``start`` to ``rows``, then cross-validate the fit.
+
+    ``run(subset, efficiency)`` predicts a subset of the rows with candidate values. Each of
+    ``min(folds, len(rows))`` folds refits on the other rows (warm-started from the full fit) and
+    predicts its own. Returns the fitted values, the held-out MAPE per group and overall, and how
+    many predictions of the whole subset the search made.
+    """
     count = 0
 
     def evaluate_on(subset: Sequence[Prepared]) -> Callable[[Efficiency], float]:
@@ -150,20 +173,19 @@ def fit_family(
         return evaluate
 
     if progress:
-        progress(f"{family.value}: fitting {len(names)} parameters to {len(rows)} rows")
-    after, _ = _minimize(evaluate_on(rows), before, names, max_evaluations)
+        progress(f"{label}: fitting {len(names)} parameters to {len(rows)} rows")
+    after, _ = _minimize(evaluate_on(rows), start, names, max_evaluations)
     held_out: dict[str, float] = {}
     k = min(folds, len(rows))
     for fold in range(k if k > 1 else 0):
         train = [p for i, p in enumerate(rows) if i % k != fold]
         test = [p for i, p in enumerate(rows) if i % k == fold]
         if progress:
-            progress(f"{family.value}: cross-validation fold {fold + 1}/{k}")
+            progress(f"{label}: cross-validation fold {fold + 1}/{k}")
         fold_fit, _ = _minimize(evaluate_on(train), after, names, max_evaluations // 2)
         for result in run(test, fold_fit).rows:
             held_out[result.row.id] = abs(result.error)
-    cross = _group_mape(rows, held_out)
-    return Fit(family, names, before, after, len(rows), run(rows, before), run(rows, after), cross, count)
+    return after, _group_mape(rows, held_out), count
 
 
 def _group_mape(rows: Sequence[Prepared], errors: dict[str, float]) -> dict[str, float | None]:

@@ -20,7 +20,7 @@ from archsim.spec.common import Precision
 from archsim.spec.library import Library
 from archsim.spec.software import DISPATCH_FIELDS, SoftwareSpec
 from archsim.spec.validation import ValidationSpec
-from archsim.validation.calibrate import _group_mape, _minimize, format_value, objective
+from archsim.validation.calibrate import fit_and_cross_validate, format_value
 from archsim.validation.run import Prepared, ValidationReport, prepare, report_for, software_name
 
 COMPUTE_PREFIX = "compute."
@@ -99,30 +99,11 @@ def fit_software(
     if len(parameters) > len(rows):
         raise ValueError(f"{len(rows)} {stack.name} rows cannot determine {len(parameters)} parameters")
     start = _values(stack, parameters, library)
-    count = 0
 
     def run(subset: Sequence[Prepared], efficiency: Efficiency) -> ValidationReport:
         return report_for(spec_table, subset, library, None, stacks={stack.name: _apply(stack, efficiency, parameters)})
 
-    def evaluate_on(subset: Sequence[Prepared]) -> Callable[[Efficiency], float]:
-        def evaluate(efficiency: Efficiency) -> float:
-            nonlocal count
-            count += 1
-            return objective(run(subset, efficiency))
-
-        return evaluate
-
-    if progress:
-        progress(f"{stack.name}: fitting {len(parameters)} parameters to {len(rows)} rows")
-    after, _ = _minimize(evaluate_on(rows), start, fields, max_evaluations)
-    held_out: dict[str, float] = {}
-    k = min(folds, len(rows))
-    for fold in range(k if k > 1 else 0):
-        train = [p for i, p in enumerate(rows) if i % k != fold]
-        test = [p for i, p in enumerate(rows) if i % k == fold]
-        fold_fit, _ = _minimize(evaluate_on(train), after, fields, max_evaluations // 2)
-        for result in run(test, fold_fit).rows:
-            held_out[result.row.id] = abs(result.error)
+    after, cross, count = fit_and_cross_validate(rows, run, start, fields, folds, max_evaluations, stack.name, progress)
     before = {p: getattr(start, f) for p, f in zip(parameters, fields, strict=True)}
     fitted = {p: getattr(after, f) for p, f in zip(parameters, fields, strict=True)}
     return SoftwareFit(
@@ -133,7 +114,7 @@ def fit_software(
         len(rows),
         run(rows, start),
         run(rows, after),
-        _group_mape(rows, held_out),
+        cross,
         count,
     )
 
