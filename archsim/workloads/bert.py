@@ -30,7 +30,6 @@ from archsim.spec.model import BertSection, ModelSpec
 from archsim.workloads.graph import (
     ELEMENT_FLOPS,
     INT_BYTES,
-    MASK_BYTES,
     STAT_BYTES,
     BackwardRule,
     ForwardGraph,
@@ -89,18 +88,7 @@ class _Bert:
         """Dropout in training (writes a 1-byte mask, its backward's only saved tensor); none in inference."""
         if not self.train:
             return x
-        elements = x.bytes // self.g.elem
-        out = self.g.act(f"{name}.out", elements)
-        mask = TensorAccess(f"{name}.mask", elements * MASK_BYTES)
-        self.g.elementwise(name, "dropout", (x,), out, elements, saved=(mask.name,), extra_writes=(mask,))
-        return out
-
-    def residual(self, name: str, x: TensorAccess, skip: TensorAccess) -> TensorAccess:
-        """Residual add of two equal-shaped activations."""
-        elements = x.bytes // self.g.elem
-        out = self.g.act(f"{name}.out", elements)
-        self.g.elementwise(name, "add", (x, skip), out, elements)
-        return out
+        return self.g.dropout(name, x)
 
     def embeddings(self) -> TensorAccess:
         """Word + position + token-type embeddings, layernorm, dropout."""
@@ -174,13 +162,13 @@ class _Bert:
         tokens, h, inner = self.b * self.s, cfg.hidden, cfg.intermediate
         y = self.dropout(f"{prefix}.attention.output.dropout", self.attention(f"{prefix}.attention", x))
         a = self.layernorm(
-            f"{prefix}.attention.output.layernorm", self.residual(f"{prefix}.attention.output.add", y, x), tokens
+            f"{prefix}.attention.output.layernorm", self.g.residual(f"{prefix}.attention.output.add", y, x), tokens
         )
         up = self.linear(f"{prefix}.intermediate.dense", a, tokens, inner, h)
         act = g.act(f"{prefix}.intermediate.gelu.out", tokens * inner)
         g.elementwise(f"{prefix}.intermediate.gelu", "gelu", (up,), act, tokens * inner, saved=(up.name,))
         y = self.dropout(f"{prefix}.output.dropout", self.linear(f"{prefix}.output.dense", act, tokens, h, inner))
-        return self.layernorm(f"{prefix}.output.layernorm", self.residual(f"{prefix}.output.add", y, a), tokens)
+        return self.layernorm(f"{prefix}.output.layernorm", self.g.residual(f"{prefix}.output.add", y, a), tokens)
 
     def pretraining_heads(self, x: TensorAccess) -> ForwardGraph:
         """Pooler + next-sentence head, masked-LM head, and the loss over both."""

@@ -43,7 +43,7 @@ from fractions import Fraction
 
 from archsim.spec.common import Precision
 from archsim.spec.model import Activation, DecoderSection, ModelSpec, Norm, Positions
-from archsim.workloads.graph import INT_BYTES, MASK_BYTES, STAT_BYTES, BackwardRule, ForwardGraph, GraphBuilder
+from archsim.workloads.graph import INT_BYTES, STAT_BYTES, BackwardRule, ForwardGraph, GraphBuilder
 from archsim.workloads.trace import Gemm, Mode, OpKind, TensorAccess
 
 DEFAULT_PROMPT_LEN = 128
@@ -139,18 +139,7 @@ class _Decoder:
         """Dropout when training a model that uses it; otherwise the input unchanged."""
         if not (self.train and self.cfg.dropout):
             return x
-        elements = x.bytes // self.g.elem
-        out = self.g.act(f"{name}.out", elements)
-        mask = TensorAccess(f"{name}.mask", elements * MASK_BYTES)
-        self.g.elementwise(name, "dropout", (x,), out, elements, saved=(mask.name,), extra_writes=(mask,))
-        return out
-
-    def residual(self, name: str, x: TensorAccess, skip: TensorAccess) -> TensorAccess:
-        """Residual add of two equal-shaped activations."""
-        elements = x.bytes // self.g.elem
-        out = self.g.act(f"{name}.out", elements)
-        self.g.elementwise(name, "add", (x, skip), out, elements)
-        return out
+        return self.g.dropout(name, x)
 
     def embeddings(self) -> TensorAccess:
         """Token (and learned position) embeddings, then dropout."""
@@ -250,10 +239,10 @@ class _Decoder:
     def layer(self, prefix: str, x: TensorAccess) -> TensorAccess:
         """One decoder layer: attention and feed-forward sublayers, each pre-normed with a residual add."""
         y = self.dropout(f"{prefix}.attn.dropout", self.attention(f"{prefix}.attn", self.norm(f"{prefix}.norm1", x)))
-        a = self.residual(f"{prefix}.attn.add", y, x)
+        a = self.g.residual(f"{prefix}.attn.add", y, x)
         normed = self.norm(f"{prefix}.norm2", a)
         y = self.moe(f"{prefix}.moe", normed) if self.cfg.moe else self.ffn(f"{prefix}.mlp", normed, self.tokens)
-        return self.residual(f"{prefix}.mlp.add", self.dropout(f"{prefix}.mlp.dropout", y), a)
+        return self.g.residual(f"{prefix}.mlp.add", self.dropout(f"{prefix}.mlp.dropout", y), a)
 
     def build(self, kv_cache_bytes: int) -> ForwardGraph:
         """Every op of the forward pass, then the output projection and (training) the loss."""

@@ -182,6 +182,24 @@ class GraphBuilder:
         rule = BackwardRule(tuple(saved), bwd * elements)
         return self.add(name, kind, fwd * elements, reads, (out, *extra_writes), rule=rule)
 
+    def residual(self, name: str, x: TensorAccess, skip: TensorAccess) -> TensorAccess:
+        """Append the residual add of two equal-shaped activations; returns its output ``NAME.out``."""
+        elements = x.bytes // self.elem
+        out = self.act(f"{name}.out", elements)
+        self.elementwise(name, "add", (x, skip), out, elements)
+        return out
+
+    def dropout(self, name: str, x: TensorAccess) -> TensorAccess:
+        """Append a training dropout of ``x``; returns its output ``NAME.out``.
+
+        It also writes a 1-byte mask per element (``NAME.mask``), its backward's only saved tensor.
+        """
+        elements = x.bytes // self.elem
+        out = self.act(f"{name}.out", elements)
+        mask = TensorAccess(f"{name}.mask", elements * MASK_BYTES)
+        self.elementwise(name, "dropout", (x,), out, elements, saved=(mask.name,), extra_writes=(mask,))
+        return out
+
     def graph(
         self,
         loss: Op | None = None,
