@@ -8,33 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
-from archsim.cli import main
-from archsim.spec.library import builtin_roots
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def chip_file(tmp_path: Path, **changes: object) -> str:
-    chips = next(r for r in builtin_roots() if r.name == "chips")
-    data = yaml.safe_load((chips / "v100-16gb.yaml").read_text())
-    for dotted, value in changes.items():
-        node = data
-        *parents, leaf = dotted.split("__")
-        for part in parents:
-            node = node[part]
-        if value is None:
-            node.pop(leaf)
-        else:
-            node[leaf] = value
-    path = tmp_path / "chip.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return str(path)
+from tests.cli import chip_file, run_cli
 
 
 def test_list_names_chips_and_workloads(capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,15 +9,9 @@ import pytest
 import yaml
 
 import archsim
-from archsim.cli import main
 from archsim.errors import SpecError
 from archsim.spec.library import Library, builtin_roots
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.cli import run_cli
 
 
 def builtin(folder: str, name: str) -> dict[str, object]:

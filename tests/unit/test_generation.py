@@ -8,20 +8,14 @@ from pathlib import Path
 import pytest
 
 from archsim import simulate
-from archsim.cli import main
 from archsim.errors import CapacityError, UsageError
 from archsim.spec.library import Library
+from tests.cli import run_cli
 
 
 @pytest.fixture(scope="module")
 def library() -> Library:
     return Library(use_env=False)
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_decode_reports_time_per_output_token(library: Library) -> None:

@@ -8,12 +8,7 @@ from archsim import __version__
 from archsim.cli import main
 from archsim.errors import LookupFailed
 from archsim.spec.library import Library, suggest
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.cli import run_cli
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 
 from archsim import plots, simulate
 from archsim.baseline.runs import parse_run, record_run
-from archsim.cli import main
 from archsim.errors import CapacityError
 from archsim.memory_fit import largest_fitting
 from archsim.spec.library import Library
 from archsim.sweep import run_sweep
+from tests.cli import run_cli
 
 
 def refusal(**kwargs: object) -> str:
@@ -105,12 +105,6 @@ def test_no_one_chip_reference_gives_a_null_scaling_efficiency(library: Library)
     page = plots.run_report(result, library)
     assert '<tr data-field="scaling_efficiency"><th>scaling efficiency</th>' in page
     assert "n/a: one gc200 cannot hold bert-base at micro-batch 1" in page
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_cli_refuses_in_one_line_and_reports_on_chip_memory(capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,14 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from archsim.cli import main
 from archsim.spec.library import builtin_roots
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.cli import run_cli
 
 
 def test_mlperf_prints_predicted_against_published(capsys: pytest.CaptureFixture[str]) -> None:

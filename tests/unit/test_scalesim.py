@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from archsim.cli import main
 from archsim.errors import SpecError
 from archsim.models.systolic_layer import StallModel, matrix_layer, simulate_layer
 from archsim.models.systolic_map import ArrayConfig, MatrixLayer, dram_words, fold_grid, split_stream
 from archsim.spec.chip import Dataflow
 from archsim.spec.scalesim import TopologyLayer, read_config, read_topology, write_topology
+from tests.cli import run_cli
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "scalesim"
 CONV_TOPOLOGY = """Layer name, IFMAP Height, IFMAP Width, Filter Height, Filter Width, Channels, Num Filter, Strides,
@@ -170,12 +170,6 @@ def test_archsim_model_counts_cycles_and_stalls_on_user_bandwidth() -> None:
     slow = simulate_layer("g", layer, array, (1.0, 1.0, 1.0), StallModel.ARCHSIM)
     assert slow.stall_cycles > 0
     assert slow.cycles == calc.cycles + slow.stall_cycles
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_run_with_scalesim_files_prints_json(capsys: pytest.CaptureFixture[str], files: tuple[Path, Path]) -> None:

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from archsim import simulate
-from archsim.cli import main
 from archsim.errors import ArchsimError
 from archsim.spec.chip import Family
 from archsim.spec.library import Library
 from archsim.spec.software import MECHANISMS, SoftwareSpec
+from tests.cli import run_cli
 
 LIBRARY = Library(use_env=False)
 SHIPPED = ["mxnet", "pytorch", "tensorflow", "tensorflow-xla", "tensorrt", "cublas", "poplar", "mindspore", "tpu-xla"]
@@ -34,12 +34,6 @@ sources:
   dispatch: "example"
   input_pipeline: "example"
 """
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.mark.parametrize("name", SHIPPED)

@@ -8,11 +8,11 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from archsim.cli import main
 from archsim.spec.common import Precision
-from archsim.spec.library import Library, builtin_roots
+from archsim.spec.library import Library
+from tests.cli import chip_file
 
 CHIPS = ["p100", "h100-pcie", "h200", "b200", "mi250x", "mi300x", "tpu-v5e", "tpu-v5p", "bow"]
 SYSTEMS = ["dgx-h200", "dgx-b200", "gb200-nvl72", "mi300x-8", "tpu-v5e-256", "tpu-v5p-pod", "bow-pod16", "bow-pod64"]
@@ -95,24 +95,6 @@ def test_chips_without_fp8_refuse_it_in_one_line(capsys: pytest.CaptureFixture[s
     assert err.count("\n") == 1
     assert err.startswith("archsim: error: ")
     assert "fp8 is not supported (supported: " in err
-
-
-def chip_file(tmp_path: Path, base: str, **changes: object) -> str:
-    """A copy of chips/``base``.yaml with ``section__field`` paths set (None: removed)."""
-    chips = next(r for r in builtin_roots() if r.name == "chips")
-    data = yaml.safe_load((chips / f"{base}.yaml").read_text())
-    for dotted, value in changes.items():
-        node = data
-        *parents, leaf = dotted.split("__")
-        for part in parents:
-            node = node[part]
-        if value is None:
-            node.pop(leaf)
-        else:
-            node[leaf] = value
-    path = tmp_path / "chip.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return str(path)
 
 
 @pytest.mark.parametrize(
