@@ -289,4 +289,13 @@ def run_trace(
         software=stack.name,
         input_samples_per_s=stack.input_pipeline,
     )
+    return finished(result, chip, library, trace)
+
+
+def finished(result: RunResult, chip: ChipSpec, library: Library, trace: Trace) -> RunResult:
+    """A replayed run's result with what every run reports on top of its times.
+
+    Its energy, power and area (:func:`~archsim.results.power.priced`), then its error bars
+    (:func:`~archsim.uncertainty.with_error_bars`); chips and systems alike.
+    """
     return with_error_bars(priced(result, chip, library), library, chip, is_kernel(trace))

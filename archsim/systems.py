@@ -25,6 +25,7 @@ from archsim import memory_fit
 from archsim.api import (
     _choice,
     default_batch_trace,
+    finished,
     prompt_or_sequence,
     rebuilder,
     simulate,
@@ -51,7 +52,6 @@ from archsim.models import cost_model_for
 from archsim.models.base import CostModel, OpCost, framework_overhead_s
 from archsim.models.interconnect import Fabric, build_fabric
 from archsim.models.placement import Placement, place
-from archsim.results.power import priced
 from archsim.results.records import CollectiveRecord, LinkRecord, RunResult, build_system_result
 from archsim.results.timeline import MIRRORED_CHIPS, Timeline, TimelineSpan
 from archsim.spec.chip import ChipSpec, Efficiency
@@ -60,7 +60,6 @@ from archsim.spec.library import Library
 from archsim.spec.software import SoftwareSpec
 from archsim.spec.system import SystemSpec
 from archsim.stack import check_name, default_software, is_kernel, planned_software, stack_efficiency
-from archsim.uncertainty import with_error_bars
 from archsim.workloads import build_trace, microbatch_trace
 from archsim.workloads.memory import resident_bytes
 from archsim.workloads.options import TraceOptions
@@ -303,7 +302,7 @@ def replay_system(
         system, source, fabric, placement, chip, efficiency, comm, options, record, trace.mode, rebuild, stack
     )
     run = context.data_parallel(trace) if microbatches is None else context.pipelined(trace, microbatches)
-    result = with_error_bars(priced(run.result, chip, library), library, chip, is_kernel(trace))
+    result = finished(run.result, chip, library, trace)
     return SystemRun(result, run.timeline)
 
 
