@@ -35,6 +35,8 @@ SYSTEMS = [
     "tpu-v5p-pod",
     "bow-pod16",
     "bow-pod64",
+    "gaudi2-8",
+    "gaudi3-8",
 ]
 CHIPS = {
     "dgx1": 8,
@@ -59,6 +61,8 @@ CHIPS = {
     "tpu-v5p-pod": 6144,
     "bow-pod16": 16,
     "bow-pod64": 64,
+    "gaudi2-8": 8,
+    "gaudi3-8": 8,
 }
 
 

@@ -14,8 +14,21 @@ from archsim.spec.common import Precision
 from archsim.spec.library import Library
 from tests.cli import chip_file
 
-CHIPS = ["p100", "h100-pcie", "h200", "b200", "mi250x", "mi300x", "tpu-v5e", "tpu-v5p", "bow"]
-SYSTEMS = ["dgx-h200", "dgx-b200", "gb200-nvl72", "mi300x-8", "tpu-v5e-256", "tpu-v5p-pod", "bow-pod16", "bow-pod64"]
+CHIPS = ["p100", "h100-pcie", "h200", "b200", "mi250x", "mi300x", "tpu-v5e", "tpu-v5p", "bow", "gaudi2", "gaudi3"]
+SYSTEMS = [
+    "dgx-h200",
+    "dgx-b200",
+    "gb200-nvl72",
+    "mi300x-8",
+    "tpu-v5e-256",
+    "tpu-v5p-pod",
+    "bow-pod16",
+    "bow-pod64",
+    "gaudi2-8",
+    "gaudi3-8",
+]
+# the parts added after the decoder language models landed also run one (gpt2) in both modes
+DECODER_TARGETS = ["gaudi2", "gaudi3", "gaudi2-8", "gaudi3-8"]
 FP8_CHIPS = ["h100", "h100-pcie", "h200", "b200", "mi300x"]
 IPU_TRAIN_OPTIONS = {
     # BERT-Large training does not fit one IPU's In-Processor Memory: on one chip everything that does
@@ -72,6 +85,23 @@ def test_runs_both_models_in_both_modes(
     check_bounds(result)
 
 
+@pytest.mark.parametrize("mode", ["train", "infer"])
+@pytest.mark.parametrize("target", DECODER_TARGETS)
+def test_runs_a_decoder_language_model_in_both_modes(
+    capsys: pytest.CaptureFixture[str], target: str, mode: str
+) -> None:
+    result = run_json(capsys, "run", target, "gpt2", "--mode", mode)
+    assert (result["target"], result["workload"], result["mode"]) == (target, "gpt2", mode)
+    assert result["layers"]
+    check_bounds(result)
+
+
+@pytest.mark.parametrize("chip", ["gaudi2", "gaudi3"])
+def test_uncalibrated_chips_carry_the_extrapolation_flag(capsys: pytest.CaptureFixture[str], chip: str) -> None:
+    result = run_json(capsys, "run", chip, "resnet50")
+    assert result["extrapolation"] == ["chip"]
+
+
 @pytest.mark.parametrize("chip", FP8_CHIPS)
 def test_fp8_runs_at_its_own_peak_and_beats_fp16_on_a_large_product(
     capsys: pytest.CaptureFixture[str], chip: str
@@ -85,6 +115,18 @@ def test_fp8_runs_at_its_own_peak_and_beats_fp16_on_a_large_product(
     # than twice as fast
     ratio = float(str(fp16["step_time_s"])) / float(str(fp8["step_time_s"]))
     assert 1.0 < ratio <= 2.0
+
+
+@pytest.mark.parametrize("chip", ["gaudi2", "gaudi3"])
+def test_gaudi_fp8_runs_at_its_own_peak_and_beats_bf16(capsys: pytest.CaptureFixture[str], chip: str) -> None:
+    """Gaudi has no fp16 matrix rate: its fp8 is compared with bf16. Not bounded by 2x as above: the
+    per-array SRAMs hold twice as many fp8 elements, so a memory-bound bf16 product may re-read less."""
+    gemm = "gemm:8192x8192x8192"
+    fp8 = run_json(capsys, "run", chip, gemm, "--precision", "fp8")
+    bf16 = run_json(capsys, "run", chip, gemm, "--precision", "bf16")
+    check_bounds(fp8)
+    check_bounds(bf16)
+    assert float(str(fp8["step_time_s"])) < float(str(bf16["step_time_s"]))
 
 
 @pytest.mark.parametrize("chip", ["p100", "mi250x", "tpu-v5e", "tpu-v5p", "bow", "a100-80gb"])
