@@ -37,6 +37,7 @@ SYSTEMS = [
     "bow-pod64",
     "gaudi2-8",
     "gaudi3-8",
+    "atlas-800t-a2",
 ]
 CHIPS = {
     "dgx1": 8,
@@ -63,6 +64,7 @@ CHIPS = {
     "bow-pod64": 64,
     "gaudi2-8": 8,
     "gaudi3-8": 8,
+    "atlas-800t-a2": 8,
 }
 
 

@@ -14,7 +14,20 @@ from archsim.spec.common import Precision
 from archsim.spec.library import Library
 from tests.cli import chip_file
 
-CHIPS = ["p100", "h100-pcie", "h200", "b200", "mi250x", "mi300x", "tpu-v5e", "tpu-v5p", "bow", "gaudi2", "gaudi3"]
+CHIPS = [
+    "p100",
+    "h100-pcie",
+    "h200",
+    "b200",
+    "mi250x",
+    "mi300x",
+    "tpu-v5e",
+    "tpu-v5p",
+    "bow",
+    "gaudi2",
+    "gaudi3",
+    "ascend910b",
+]
 SYSTEMS = [
     "dgx-h200",
     "dgx-b200",
@@ -26,9 +39,10 @@ SYSTEMS = [
     "bow-pod64",
     "gaudi2-8",
     "gaudi3-8",
+    "atlas-800t-a2",
 ]
 # the parts added after the decoder language models landed also run one (gpt2) in both modes
-DECODER_TARGETS = ["gaudi2", "gaudi3", "gaudi2-8", "gaudi3-8"]
+DECODER_TARGETS = ["gaudi2", "gaudi3", "ascend910b", "gaudi2-8", "gaudi3-8", "atlas-800t-a2"]
 FP8_CHIPS = ["h100", "h100-pcie", "h200", "b200", "mi300x"]
 IPU_TRAIN_OPTIONS = {
     # BERT-Large training does not fit one IPU's In-Processor Memory: on one chip everything that does
@@ -96,7 +110,7 @@ def test_runs_a_decoder_language_model_in_both_modes(
     check_bounds(result)
 
 
-@pytest.mark.parametrize("chip", ["gaudi2", "gaudi3"])
+@pytest.mark.parametrize("chip", ["gaudi2", "gaudi3", "ascend910b"])
 def test_uncalibrated_chips_carry_the_extrapolation_flag(capsys: pytest.CaptureFixture[str], chip: str) -> None:
     result = run_json(capsys, "run", chip, "resnet50")
     assert result["extrapolation"] == ["chip"]
