@@ -1,6 +1,7 @@
 """Today's chips and systems (issue 18): each runs ResNet-50 and BERT-Large, training and inference,
-through the CLI with the JSON contract and physical bounds holding; fp8 where the chip has it and a
-one-line refusal where it does not; bad descriptions of the new fields refused in one line."""
+through the CLI with the JSON contract and physical bounds holding (the Gaudi and Ascend 910B parts
+also gpt2 and Llama-2 7B); fp8 where the chip has it and a one-line refusal where it does not; bad
+descriptions of the new fields refused in one line."""
 
 from __future__ import annotations
 
@@ -110,6 +111,22 @@ def test_runs_a_decoder_language_model_in_both_modes(
     check_bounds(result)
 
 
+LLAMA_RUNS = [
+    # a 7B model's training state does not fit one chip: the servers train it over 4 pipeline stages
+    *((chip, mode, []) for chip in ["gaudi2", "gaudi3", "ascend910b"] for mode in ["infer", "decode"]),
+    *((system, "train", ["--pipeline-stages", "4"]) for system in ["gaudi2-8", "gaudi3-8", "atlas-800t-a2"]),
+    *((system, "infer", []) for system in ["gaudi2-8", "gaudi3-8", "atlas-800t-a2"]),
+]
+
+
+@pytest.mark.parametrize(("target", "mode", "extra"), LLAMA_RUNS)
+def test_runs_llama2_7b(capsys: pytest.CaptureFixture[str], target: str, mode: str, extra: list[str]) -> None:
+    result = run_json(capsys, "run", target, "llama2-7b", "--mode", mode, *extra)
+    assert (result["target"], result["workload"], result["mode"]) == (target, "llama2-7b", mode)
+    assert result["layers"]
+    check_bounds(result)
+
+
 @pytest.mark.parametrize("chip", ["gaudi2", "gaudi3", "ascend910b"])
 def test_uncalibrated_chips_carry_the_extrapolation_flag(capsys: pytest.CaptureFixture[str], chip: str) -> None:
     result = run_json(capsys, "run", chip, "resnet50")
@@ -167,6 +184,9 @@ def test_chips_without_fp8_refuse_it_in_one_line(capsys: pytest.CaptureFixture[s
         ("b200", {"memory__main__bandwidth": "10 TB/s"}, "exceeds 8 stacks"),
         ("tpu-v5p", {"systolic__mac_per_pe_per_clock": {"fp8": 2}}, "peak.bf16: no unit of this chip runs bf16"),
         ("bow", {"memory__onchip__capacity": "1 GiB"}, "disagrees with memory.onchip.capacity"),
+        ("gaudi3", {"peak__fp8": "3670 TFLOPS"}, "peak.fp8: published 3670.0"),
+        ("gaudi2", {"systolic__mac_per_pe_per_clock": {"bf16": 1}}, "peak.fp8: no unit of this chip runs fp8"),
+        ("ascend910b", {"cube__l0c": 131072}, "cube.l0c"),
     ],
 )
 def test_bad_new_fields_are_refused_in_one_line(
