@@ -20,6 +20,7 @@ from typing import Protocol
 from archsim.errors import UsageError
 from archsim.spec.chip import ChipSpec, Efficiency
 from archsim.spec.common import Precision
+from archsim.spec.registry import FamilyEfficiency
 from archsim.workloads.trace import Op
 
 
@@ -157,7 +158,7 @@ class ChipRates:
     """Published main-memory bandwidth."""
     element_bytes: int
     """Bytes of one operand element at the run's precision."""
-    efficiency: Efficiency
+    efficiency: FamilyEfficiency
 
     @property
     def matrix_flops_per_s(self) -> float:
@@ -194,7 +195,9 @@ def compulsory_bytes(op: Op, element_bytes: int) -> int:
     return sum(operand_bytes(op, element_bytes)) + op.bytes_written
 
 
-def chip_rates(chip: ChipSpec, efficiency: Efficiency, precision: Precision, vector_flops_per_s: float) -> ChipRates:
+def chip_rates(
+    chip: ChipSpec, efficiency: FamilyEfficiency, precision: Precision, vector_flops_per_s: float
+) -> ChipRates:
     """Rates of ``chip`` at ``precision``; an unsupported precision is a UsageError."""
     macs = chip.macs_per_clock(precision)
     if macs is None or precision not in chip.peak:

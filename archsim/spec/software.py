@@ -28,12 +28,13 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from archsim.spec.chip import Efficiency, Family
+from archsim.spec.chip import Efficiency, FamilyName
 from archsim.spec.common import Duration, Fraction, Name, Precision, Spec
+from archsim.spec.registry import family_definition
 
 
 class Mechanism(enum.StrEnum):
-    """How a family's software pays for each op: each family has exactly one (:data:`MECHANISMS`)."""
+    """How a family's software pays for each op: each family registers exactly one (:func:`mechanism`)."""
 
     KERNEL_LAUNCH = "kernel-launch"
     """GPU: one kernel launch per op, plus an eager framework's dispatch and host issue."""
@@ -45,13 +46,9 @@ class Mechanism(enum.StrEnum):
     """Ascend: the runtime dispatches one task per op to the AI cores."""
 
 
-MECHANISMS = {
-    Family.TENSORCORE: Mechanism.KERNEL_LAUNCH,
-    Family.IPU: Mechanism.SUPERSTEP,
-    Family.SYSTOLIC: Mechanism.PROGRAM_LAUNCH,
-    Family.CUBE: Mechanism.TASK_DISPATCH,
-}
-"""The dispatch mechanism of each family's software."""
+def mechanism(family: str) -> Mechanism:
+    """The dispatch mechanism of ``family``'s software (its registered ``dispatch``)."""
+    return Mechanism(family_definition(family).dispatch)
 
 
 class Rewrite(enum.StrEnum):
@@ -135,7 +132,7 @@ class SoftwareSpec(Spec):
     aliases: tuple[Name, ...] = ()
     description: str
     version: str | None = None
-    family: Family
+    family: FamilyName
     """The family of chips the stack runs on."""
     dispatch: Dispatch
     rewrites: tuple[RewriteRule, ...] = ()
@@ -147,10 +144,10 @@ class SoftwareSpec(Spec):
 
     @model_validator(mode="after")
     def _consistent(self) -> SoftwareSpec:
-        expected = MECHANISMS[self.family]
+        expected = mechanism(self.family)
         if self.dispatch.mechanism is not expected:
             raise ValueError(
-                f"dispatch.mechanism: {self.family.value} software dispatches by {expected.value}, "
+                f"dispatch.mechanism: {self.family} software dispatches by {expected.value}, "
                 f"got {self.dispatch.mechanism.value}"
             )
         cited = [f"dispatch.{name}" for name in DISPATCH_FIELDS]

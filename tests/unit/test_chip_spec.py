@@ -91,7 +91,7 @@ def test_a_tensor_core_sm_that_holds_no_thread_block_is_refused(tmp_path: Path) 
     from archsim import simulate
 
     chip = load_mutated(tmp_path, lambda d: d["tensorcore"].update(max_threads_per_sm=1))
-    assert chip.tensorcore is not None
+    assert chip.section.max_threads_per_sm == 1  # type: ignore[attr-defined]
     with pytest.raises(SpecError) as info:
         simulate(str(tmp_path / "chip.yaml"), "gemm:256x256x256")
     assert info.value.field == "tensorcore"

@@ -24,9 +24,10 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 def clean_registries(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every test starts and ends with no user registrations and no entry points loaded."""
     import archsim.models as models
+    from archsim.spec import registry
 
     monkeypatch.setattr(plugins, "_OP_COSTS", {})
-    monkeypatch.setattr(models, "_REGISTRY", dict(models._REGISTRY))
+    monkeypatch.setattr(registry, "_FAMILIES", registry.families())
     monkeypatch.setattr(models, "_EXPLICIT", set())
     plugins.entry_point_plugins.cache_clear()
     yield
@@ -72,9 +73,9 @@ def test_family_specific_function_wins_and_none_keeps_the_built_in() -> None:
 
 
 def test_register_cost_model_replaces_a_family() -> None:
-    import archsim.models as models
+    from archsim.spec.registry import family_definition
 
-    built_in = models._REGISTRY["systolic"]
+    built_in = family_definition("systolic").model
 
     def factory(chip, efficiency, precision, footprint):  # type: ignore[no-untyped-def]
         model = built_in(chip, efficiency, precision, footprint)
