@@ -160,13 +160,17 @@ def _load() -> None:
     if _loaded:
         return
     _loaded = True  # set first: a family module that looks a family up while importing sees what is there
-    for module in BUILTIN_MODULES:
-        importlib.import_module(module)
-    for point in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda p: p.name):
-        _import(point.value.split(":")[0].strip(), f"entry point {point.name} = {point.value}")
-    for module in (m.strip() for m in os.environ.get(ENV_VAR, "").split(",")):
-        if module:
-            _import(module, ENV_VAR)
+    try:
+        for module in BUILTIN_MODULES:
+            importlib.import_module(module)
+        for point in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda p: p.name):
+            _import(point.value.split(":")[0].strip(), f"entry point {point.name} = {point.value}")
+        for module in (m.strip() for m in os.environ.get(ENV_VAR, "").split(",")):
+            if module:
+                _import(module, ENV_VAR)
+    except BaseException:
+        _loaded = False  # the next lookup tries again, and fails the same way, rather than missing a family
+        raise
 
 
 def families() -> dict[str, FamilyDefinition]:
@@ -184,7 +188,10 @@ def family_definition(name: str) -> FamilyDefinition:
     """The family called ``name``; an unknown name is a ValueError naming the known ones."""
     found = families().get(name)
     if found is None:
-        raise ValueError(f"unknown family {name!r} (known: {', '.join(family_names())})")
+        raise ValueError(
+            f"unknown family {name!r} (known: {', '.join(family_names())}; a plug-in family's module is named "
+            f"in {ENV_VAR} or by an {ENTRY_POINT_GROUP} entry point)"
+        )
     return found
 
 
