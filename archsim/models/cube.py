@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from pydantic import model_validator
 
-from archsim.models.base import OpCost, Unit, ceil_div, chip_rates, finish
+from archsim.models.base import OpCost, Unit, ceil_div, chip_rates, finish, gemm_of
 from archsim.models.memory import matrix_dram_bytes
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Bytes, Count, Precision, parse_shape
@@ -152,8 +152,7 @@ class CubeModel:
         return best
 
     def _tile(self, op: Op, tile_m: int, tile_n: int, dram_bytes_per_s: float) -> CubeTile:
-        g = op.gemm
-        assert g is not None
+        g = gemm_of(op)
         eff = self.eff
         m_tiles, n_tiles = ceil_div(g.m, tile_m), ceil_div(g.n, tile_n)
         tiles = g.batch * m_tiles * n_tiles

@@ -37,7 +37,7 @@ import math
 from dataclasses import dataclass, replace
 
 from archsim.errors import SpecError
-from archsim.models.base import OpCost, Unit, bound_of, ceil_div, chip_rates
+from archsim.models.base import OpCost, Unit, bound_of, ceil_div, chip_rates, gemm_of
 from archsim.models.systolic_map import forward_window
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Bandwidth, Bytes, Count, Precision, Time
@@ -200,28 +200,25 @@ class IpuModel:
         ``split`` runs 1, 2, 4, ... up to the number of ``K`` grains; for each, ``serial`` runs 1, 2,
         4, ... until the partition stops spilling (more serial steps would only add syncs).
         """
-        g = op.gemm
-        assert g is not None
+        g = gemm_of(op)
         blocks = g.batch * ceil_div(g.m, AMP_BLOCK) * ceil_div(g.n, AMP_BLOCK)
         k_grains = ceil_div(g.k, AMP_K_GRAIN)
-        best: IpuPartition | None = None
+        best = self._partition(op, blocks, 1, 1)
         split = 1
         while split <= max(1, k_grains):
             serial = 1
             while serial <= ceil_div(k_grains, split):
-                candidate = self._partition(op, blocks, split, serial)
-                if best is None or candidate.time_s < best.time_s:
+                candidate = best if split == serial == 1 else self._partition(op, blocks, split, serial)
+                if candidate.time_s < best.time_s:
                     best = candidate
                 if candidate.spill_bytes == 0:
                     break
                 serial *= 2
             split *= 2
-        assert best is not None
         return best
 
     def _partition(self, op: Op, blocks: int, split: int, serial: int) -> IpuPartition:
-        g = op.gemm
-        assert g is not None
+        g = gemm_of(op)
         eff = self.eff
         tiles, e, clock = self.ipu.tiles, self.precision.bytes, self.chip.clock
         units = blocks * split

@@ -22,9 +22,10 @@ numpy nor numba.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from archsim.models.base import OpCost, Unit, ceil_div, chip_rates, finish, operand_bytes
+from archsim.models.base import OpCost, Unit, ceil_div, chip_rates, finish, gemm_of, operand_bytes
 from archsim.models.systolic_map import ArrayConfig, MatrixLayer, dram_words, fold_grid, forward_window, split_stream
 from archsim.spec.chip import ChipSpec, Dataflow
 from archsim.spec.common import Bytes, Count, Precision
@@ -73,8 +74,7 @@ def matrix_layer(op: Op, element_bytes: int) -> MatrixLayer:
     A forward convolution keeps its input geometry, so that its input is read through footprints
     rather than as its im2col expansion.
     """
-    g = op.gemm
-    assert g is not None
+    g = gemm_of(op)
     if len(op.reads) < 2:
         layer = MatrixLayer.gemm(g.m, g.n, g.k)
     else:
@@ -131,33 +131,33 @@ class SystolicModel:
         Candidates are 1, 2, 4, ... slices while a slice still streams at least ``rows`` operands;
         the candidates do not depend on the SRAM sizes, so more SRAM is never slower.
         """
-        assert op.gemm is not None
+        # min keeps the first of equal candidates: the fewer slices
+        return min(self._splits(op, dram_bytes_per_s), key=lambda choice: choice.time_s)
+
+    def _splits(self, op: Op, dram_bytes_per_s: float) -> Iterator[SplitChoice]:
+        """The candidate cuts of :meth:`best_split`, one slice first."""
+        batch = gemm_of(op).batch
         e = self.precision.bytes
         eff = self.eff
         layer = matrix_layer(op, e)
         extras = operand_bytes(op, e)[2] if len(op.reads) >= 2 else 0
         macs_per_pe = self.sys.mac_per_pe_per_clock[self.precision]
         stream = fold_grid(layer, self.array.rows, self.array.cols, self.array.dataflow).t
-        best: SplitChoice | None = None
         parts = 1
         while parts == 1 or (parts <= stream and ceil_div(stream, parts) >= self.array.rows):  # rows may be 1
             piece = split_stream(layer, self.array.dataflow, parts)
             grid = fold_grid(piece, self.array.rows, self.array.cols, self.array.dataflow)
-            folds = ceil_div(op.gemm.batch * parts * grid.folds, self.arrays)
+            folds = ceil_div(batch * parts * grid.folds, self.arrays)
             cycles = folds * grid.fold_cycles
             words = dram_words(piece, self.array)
             moved = words.ifmap_reads + words.filter_reads + words.ofmap_reads + words.ofmap_writes
-            dram = round(moved * e) * op.gemm.batch * parts + extras
+            dram = round(moved * e) * batch * parts + extras
             seconds_per_cycle = 1 / macs_per_pe / eff.compute / self.chip.clock
             fill_s = folds * (grid.fold_cycles - grid.t) * seconds_per_cycle
-            choice = SplitChoice(parts, cycles, cycles * seconds_per_cycle, fill_s, dram, dram / dram_bytes_per_s)
-            if best is None or choice.time_s < best.time_s:
-                best = choice
+            yield SplitChoice(parts, cycles, cycles * seconds_per_cycle, fill_s, dram, dram / dram_bytes_per_s)
             if self.array.dataflow is Dataflow.OUTPUT_STATIONARY:
                 break
             parts *= 2
-        assert best is not None
-        return best
 
     def cost(self, op: Op) -> OpCost:
         """Price one op on the arrays (matrix) or the vector unit."""

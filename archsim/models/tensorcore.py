@@ -29,12 +29,13 @@ so only the rest is read again (:func:`statistics_reread_bytes`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from pydantic import Field, model_validator
 
 from archsim.errors import SpecError
-from archsim.models.base import ChipRates, OpCost, Unit, ceil_div, chip_rates, finish
+from archsim.models.base import ChipRates, OpCost, Unit, ceil_div, chip_rates, finish, gemm_of
 from archsim.models.memory import matrix_dram_bytes
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Bytes, Count, Precision, parse_shape
@@ -221,18 +222,19 @@ class TensorCoreModel:
         return found
 
     def _best_tile(self, op: Op, dram_bytes_per_s: float) -> TileChoice:
-        best: TileChoice | None = None
+        # min keeps the first of equal candidates; the constructor checked that the smallest tile fits
+        return min(self._candidates(op, dram_bytes_per_s), key=lambda c: max(c.compute_s, c.memory_s))
+
+    def _candidates(self, op: Op, dram_bytes_per_s: float) -> Iterator[TileChoice]:
+        """Every feasible (tile shape, split-K) of a matrix op, in :data:`TILE_SHAPES` then :data:`SPLIT_K` order."""
+        k = gemm_of(op).k
         for tile_m, tile_n, threads in TILE_SHAPES:
             for split in SPLIT_K:
-                if split > 1 and (not self._may_split(op) or op.gemm is None or op.gemm.k < split * MIN_K_PER_SPLIT):
+                if split > 1 and (not self._may_split(op) or k < split * MIN_K_PER_SPLIT):
                     break
                 choice = self._tile(op, tile_m, tile_n, threads, split, dram_bytes_per_s)
-                if choice is not None and (
-                    best is None or max(choice.compute_s, choice.memory_s) < max(best.compute_s, best.memory_s)
-                ):
-                    best = choice
-        assert best is not None, "the smallest tile always fits an SM"
-        return best
+                if choice is not None:
+                    yield choice
 
     def _compute_fraction(self, op: Op) -> float:
         """The reachable fraction of the matrix peak: ``data_gradient`` for dgrad convolutions."""
@@ -260,8 +262,7 @@ class TensorCoreModel:
         self, op: Op, tile_m: int, tile_n: int, threads: int, split: int, dram_bytes_per_s: float
     ) -> TileChoice | None:
         tc = self.tc
-        gemm = op.gemm
-        assert gemm is not None
+        gemm = gemm_of(op)
         blocks_per_sm = self._blocks_per_sm(tile_m, tile_n, threads)
         if blocks_per_sm < 1:
             return None
