@@ -159,8 +159,12 @@ class ChipSpec(Spec):
     @classmethod
     def _family_section(cls, data: Any) -> Any:
         """Validate the section named by ``family`` with the family's schema, and store it as ``section``."""
-        if not isinstance(data, dict) or "section" in data or not isinstance(data.get("family"), str):
+        if not isinstance(data, dict):
             return data  # the field checks report it
+        if "section" in data and not isinstance(data["section"], FamilySection):
+            raise ValueError("section: not a field of a chip file (write the family section under the family's name)")
+        if "section" in data or not isinstance(data.get("family"), str):
+            return data  # a section already validated, or a family the field check refuses
         name = data["family"]
         try:
             definition = family_definition(name)
