@@ -26,7 +26,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from functools import cache
-from importlib.metadata import entry_points
 from typing import Any
 
 from archsim.errors import ArchsimError, LimitError, PluginError
@@ -34,7 +33,7 @@ from archsim.limits import MAX_OP_SECONDS
 from archsim.models.base import Bound, CostModel, OpCost, Unit
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Precision
-from archsim.spec.registry import family_definition, family_names
+from archsim.spec.registry import family_definition, family_names, installed_entry_points
 from archsim.workloads.trace import Op, OpKind
 
 ENTRY_POINT_GROUP = "archsim.cost_models"
@@ -88,11 +87,12 @@ def entry_point_plugins() -> tuple[dict[str, Any], dict[tuple[str, OpKind], OpCo
     """Load the ``archsim.cost_models`` entry points once: (family factories, op-cost functions).
 
     A name that is neither a family, an op kind nor ``family.kind``, or an entry point that fails to
-    import, is a PluginError naming the entry point. ``entry_point_plugins.cache_clear()`` reloads.
+    import, is a PluginError naming the entry point. ``entry_point_plugins.cache_clear()`` reloads them
+    (after ``archsim.spec.registry.installed_entry_points.cache_clear()`` for newly installed packages).
     """
     families: dict[str, Any] = {}
     ops: dict[tuple[str, OpKind], OpCostFunction] = {}
-    for point in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda p: p.name):
+    for point in sorted(installed_entry_points().select(group=ENTRY_POINT_GROUP), key=lambda p: p.name):
         source = f"entry point {point.name} = {point.value}"
         family_name, _, kind_name = point.name.rpartition(".")
         is_family = not family_name and kind_name in family_names()

@@ -26,7 +26,8 @@ import importlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib.metadata import entry_points
+from functools import cache
+from importlib.metadata import EntryPoints, entry_points
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from archsim.errors import ArchsimError, PluginError, SpecError
@@ -130,6 +131,16 @@ class FamilyDefinition:
     description: str = ""
 
 
+@cache
+def installed_entry_points() -> EntryPoints:
+    """Every entry point of the installed distributions, scanned once per process.
+
+    The scan reads every distribution's metadata (tens of milliseconds at start-up), so the family
+    and cost-model plug-ins share it; ``installed_entry_points.cache_clear()`` scans again.
+    """
+    return entry_points()
+
+
 _FAMILIES: dict[str, FamilyDefinition] = {}
 _loaded = False
 
@@ -163,7 +174,7 @@ def _load() -> None:
     try:
         for module in BUILTIN_MODULES:
             importlib.import_module(module)
-        for point in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda p: p.name):
+        for point in sorted(installed_entry_points().select(group=ENTRY_POINT_GROUP), key=lambda p: p.name):
             _import(point.value.split(":")[0].strip(), f"entry point {point.name} = {point.value}")
         for module in (m.strip() for m in os.environ.get(ENV_VAR, "").split(",")):
             if module:

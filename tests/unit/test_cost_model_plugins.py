@@ -15,6 +15,7 @@ from archsim.cli import main
 from archsim.errors import LimitError, PluginError
 from archsim.models import plugins, register_cost_model, register_op_cost, unregister_op_cost
 from archsim.models.base import CostModel, OpCost
+from archsim.spec.registry import installed_entry_points
 from archsim.workloads.trace import Op, OpKind
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -32,6 +33,7 @@ def clean_registries(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     plugins.entry_point_plugins.cache_clear()
     yield
     plugins.entry_point_plugins.cache_clear()
+    registry.installed_entry_points.cache_clear()
 
 
 def times(result: object, kind: str) -> list[float]:
@@ -150,6 +152,7 @@ def install_entry_points(root: Path, monkeypatch: pytest.MonkeyPatch, lines: str
     (root / "my_models.py").write_text(module)
     monkeypatch.syspath_prepend(str(root))
     monkeypatch.delitem(sys.modules, "my_models", raising=False)
+    installed_entry_points.cache_clear()  # a newly installed distribution
     plugins.entry_point_plugins.cache_clear()
 
 
