@@ -30,7 +30,7 @@ from archsim.models.base import OpCost, Unit, ceil_div, chip_rates, finish, gemm
 from archsim.models.memory import matrix_dram_bytes
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Bytes, Count, Precision, parse_shape
-from archsim.spec.registry import FamilyDefinition, FamilyEfficiency, FamilySection, register_family
+from archsim.spec.registry import FamilyDefinition, FamilyEfficiency, FamilySection, Mechanism, register_family
 from archsim.workloads.trace import Op
 
 TILE_SIDES = (16, 32, 64, 128, 256)
@@ -169,5 +169,5 @@ def build(chip: ChipSpec, efficiency: FamilyEfficiency, precision: Precision, fo
 
 
 register_family(
-    FamilyDefinition("cube", CubeSection, FamilyEfficiency, "task-dispatch", build, "Huawei Ascend Da Vinci")
+    FamilyDefinition("cube", CubeSection, FamilyEfficiency, Mechanism.TASK_DISPATCH, build, "Huawei Ascend Da Vinci")
 )

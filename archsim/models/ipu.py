@@ -41,7 +41,7 @@ from archsim.models.base import OpCost, Unit, bound_of, ceil_div, chip_rates, ge
 from archsim.models.systolic_map import forward_window
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Bandwidth, Bytes, Count, Precision, Time
-from archsim.spec.registry import FamilyDefinition, FamilyEfficiency, FamilySection, register_family
+from archsim.spec.registry import FamilyDefinition, FamilyEfficiency, FamilySection, Mechanism, register_family
 from archsim.workloads.trace import Op, Phase, Role
 
 AMP_BLOCK = 16
@@ -271,4 +271,4 @@ class IpuModel:
         )
 
 
-register_family(FamilyDefinition("ipu", IpuSection, IpuEfficiency, "superstep", IpuModel, "Graphcore IPUs"))
+register_family(FamilyDefinition("ipu", IpuSection, IpuEfficiency, Mechanism.SUPERSTEP, IpuModel, "Graphcore IPUs"))

@@ -29,7 +29,7 @@ from archsim.models.base import OpCost, Unit, ceil_div, chip_rates, finish, gemm
 from archsim.models.systolic_map import ArrayConfig, MatrixLayer, dram_words, fold_grid, forward_window, split_stream
 from archsim.spec.chip import ChipSpec, Dataflow
 from archsim.spec.common import Bytes, Count, Precision
-from archsim.spec.registry import FamilyDefinition, FamilyEfficiency, FamilySection, register_family
+from archsim.spec.registry import FamilyDefinition, FamilyEfficiency, FamilySection, Mechanism, register_family
 from archsim.workloads.trace import Op
 
 
@@ -186,6 +186,6 @@ def build(chip: ChipSpec, efficiency: FamilyEfficiency, precision: Precision, fo
 
 register_family(
     FamilyDefinition(
-        "systolic", SystolicSection, FamilyEfficiency, "program-launch", build, "TPU-style systolic arrays"
+        "systolic", SystolicSection, FamilyEfficiency, Mechanism.PROGRAM_LAUNCH, build, "TPU-style systolic arrays"
     )
 )

@@ -39,7 +39,7 @@ from archsim.models.base import ChipRates, OpCost, Unit, ceil_div, chip_rates, f
 from archsim.models.memory import matrix_dram_bytes
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Bytes, Count, Precision, parse_shape
-from archsim.spec.registry import FamilyDefinition, FamilyEfficiency, FamilySection, register_family
+from archsim.spec.registry import FamilyDefinition, FamilyEfficiency, FamilySection, Mechanism, register_family
 from archsim.workloads.trace import Op, OpKind, Phase, Role
 
 TILE_K = 32
@@ -303,7 +303,7 @@ register_family(
         "tensorcore",
         TensorCoreSection,
         TensorCoreEfficiency,
-        "kernel-launch",
+        Mechanism.KERNEL_LAUNCH,
         build,
         "tensor-core GPUs (NVIDIA, AMD CDNA)",
     )

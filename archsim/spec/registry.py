@@ -7,7 +7,7 @@ A definition names everything archsim needs to know about a kind of chip, in one
 * ``efficiency``: the complete, typed record of efficiency values its cost model reads (a
   :class:`FamilyEfficiency`); its fields other than the dispatch costs are the ones the family file
   must set;
-* ``dispatch``: how the family's software issues an op (a :class:`~archsim.spec.software.Mechanism` value);
+* ``dispatch``: how the family's software issues an op (a :class:`Mechanism`);
 * ``model``: the cost-model factory, called as ``model(chip, efficiency, precision, footprint_bytes)``.
 
 A family module defines these and calls :func:`register_family` when imported. The built-in families
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import enum
 import importlib
 import os
 from collections.abc import Callable
@@ -44,6 +45,19 @@ ENV_VAR = "ARCHSIM_FAMILIES"
 """Environment variable of family modules to import (names separated by commas)."""
 DISPATCH = ("op_overhead", "framework_overhead", "host_overhead", "step_overhead")
 """Efficiency fields that a software stack sets (:data:`archsim.spec.software.DISPATCH_FIELDS`), never a family."""
+
+
+class Mechanism(enum.StrEnum):
+    """How a family's software pays for each op: each family registers one (:attr:`FamilyDefinition.dispatch`)."""
+
+    KERNEL_LAUNCH = "kernel-launch"
+    """GPU: one kernel launch per op, plus an eager framework's dispatch and host issue."""
+    SUPERSTEP = "superstep"
+    """IPU: a compiled program of supersteps; program control per compute set, on top of the sync."""
+    PROGRAM_LAUNCH = "program-launch"
+    """TPU/XLA: one compiled program launched per step; its ops are sequenced on the chip."""
+    TASK_DISPATCH = "task-dispatch"
+    """Ascend: the runtime dispatches one task per op to the AI cores."""
 
 
 class FamilySection(Spec, abc.ABC):
@@ -124,8 +138,8 @@ class FamilyDefinition:
     """The ``family:`` value of its chips and the key of their family section."""
     section: type[FamilySection]
     efficiency: type[FamilyEfficiency]
-    dispatch: str
-    """The :class:`~archsim.spec.software.Mechanism` value its software dispatches by."""
+    dispatch: Mechanism
+    """How its software dispatches an op."""
     model: Callable[[ChipSpec, Any, Precision, int], Any]
     """Cost-model factory ``model(chip, efficiency record, precision, footprint_bytes)``."""
     description: str = ""
@@ -138,7 +152,8 @@ def installed_entry_points() -> EntryPoints:
     The scan reads every distribution's metadata (tens of milliseconds at start-up), so the family
     and cost-model plug-ins share it; ``installed_entry_points.cache_clear()`` scans again.
     """
-    return entry_points()
+    scanned = entry_points()  # every group (SelectableGroups before Python 3.12)
+    return EntryPoints(point for group in sorted(scanned.groups) for point in scanned.select(group=group))
 
 
 _FAMILIES: dict[str, FamilyDefinition] = {}
@@ -153,7 +168,12 @@ def register_family(definition: FamilyDefinition) -> None:
         raise PluginError(definition.name, "section", "must be a FamilySection subclass")
     if not isinstance(definition.efficiency, type) or not issubclass(definition.efficiency, FamilyEfficiency):
         raise PluginError(definition.name, "efficiency", "must be a FamilyEfficiency subclass")
-    _FAMILIES[definition.name] = definition
+    try:
+        dispatch = Mechanism(definition.dispatch)
+    except ValueError:
+        known = ", ".join(m.value for m in Mechanism)
+        raise PluginError(definition.name, "dispatch", f"{definition.dispatch!r} is not one of {known}") from None
+    _FAMILIES[definition.name] = dataclasses.replace(definition, dispatch=dispatch)
 
 
 def _import(module: str, source: str) -> None:

@@ -30,25 +30,12 @@ from pydantic import BeforeValidator, Field, model_validator
 
 from archsim.spec.chip import Efficiency, FamilyName
 from archsim.spec.common import Duration, Fraction, Name, Precision, Spec
-from archsim.spec.registry import family_definition
-
-
-class Mechanism(enum.StrEnum):
-    """How a family's software pays for each op: each family registers exactly one (:func:`mechanism`)."""
-
-    KERNEL_LAUNCH = "kernel-launch"
-    """GPU: one kernel launch per op, plus an eager framework's dispatch and host issue."""
-    SUPERSTEP = "superstep"
-    """IPU: a compiled program of supersteps; program control per compute set, on top of the sync."""
-    PROGRAM_LAUNCH = "program-launch"
-    """TPU/XLA: one compiled program launched per step; its ops are sequenced on the chip."""
-    TASK_DISPATCH = "task-dispatch"
-    """Ascend: the runtime dispatches one task per op to the AI cores."""
+from archsim.spec.registry import Mechanism, family_definition
 
 
 def mechanism(family: str) -> Mechanism:
     """The dispatch mechanism of ``family``'s software (its registered ``dispatch``)."""
-    return Mechanism(family_definition(family).dispatch)
+    return family_definition(family).dispatch
 
 
 class Rewrite(enum.StrEnum):

@@ -19,7 +19,25 @@ import pytest
 
 from archsim.errors import PluginError, SpecError
 from archsim.spec.chip import Efficiency
-from archsim.spec.registry import FamilyDefinition, FamilyEfficiency, family_names, register_family
+from archsim.spec.registry import (
+    FamilyDefinition,
+    FamilyEfficiency,
+    FamilySection,
+    Mechanism,
+    family_names,
+    register_family,
+)
+
+
+class ToySection(FamilySection):
+    """A section with no fields (for the refusals of :func:`register_family`)."""
+
+    def macs_per_clock(self, precision: object) -> int | None:
+        return 1
+
+    def onchip_bytes(self) -> int:
+        return 0
+
 
 TOY = Path(__file__).resolve().parents[1] / "data" / "toy_family"
 TOY_PEAK = 64 * 256 * 2 * 1e9
@@ -98,9 +116,12 @@ def test_the_built_in_families_are_registered_in_order() -> None:
 def test_register_family_refuses_what_is_not_a_definition() -> None:
     with pytest.raises(PluginError, match="takes a FamilyDefinition"):
         register_family("toy")  # type: ignore[arg-type]
-    bad = FamilyDefinition("bad", dict, FamilyEfficiency, "kernel-launch", lambda *a: None)  # type: ignore[arg-type]
+    bad = FamilyDefinition("bad", dict, FamilyEfficiency, Mechanism.KERNEL_LAUNCH, lambda *a: None)  # type: ignore[arg-type]
     with pytest.raises(PluginError, match="section: must be a FamilySection subclass"):
         register_family(bad)
+    wrong = FamilyDefinition("bad", ToySection, FamilyEfficiency, "warp-drive", lambda *a: None)  # type: ignore[arg-type]
+    with pytest.raises(PluginError, match="dispatch: 'warp-drive' is not one of kernel-launch, superstep"):
+        register_family(wrong)
     assert "bad" not in family_names()
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from archsim.models.base import ChipRates, OpCost, Unit, chip_rates, finish
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Bytes, Count, Precision
-from archsim.spec.registry import FamilyDefinition, FamilyEfficiency, FamilySection, register_family
+from archsim.spec.registry import FamilyDefinition, FamilyEfficiency, FamilySection, Mechanism, register_family
 from archsim.workloads.trace import Op
 
 
@@ -65,4 +65,6 @@ def build(chip: ChipSpec, efficiency: FamilyEfficiency, precision: Precision, fo
     return ToyModel(chip, efficiency, precision)
 
 
-register_family(FamilyDefinition("toy", ToySection, FamilyEfficiency, "kernel-launch", build, "a toy roofline chip"))
+register_family(
+    FamilyDefinition("toy", ToySection, FamilyEfficiency, Mechanism.KERNEL_LAUNCH, build, "a toy roofline chip")
+)
