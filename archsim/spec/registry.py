@@ -168,6 +168,12 @@ def register_family(definition: FamilyDefinition) -> None:
         raise PluginError(definition.name, "section", "must be a FamilySection subclass")
     if not isinstance(definition.efficiency, type) or not issubclass(definition.efficiency, FamilyEfficiency):
         raise PluginError(definition.name, "efficiency", "must be a FamilyEfficiency subclass")
+    from archsim.spec.chip import Efficiency  # chip.py imports this module: import it when it is loaded
+
+    unknown = [f.name for f in dataclasses.fields(definition.efficiency) if f.name not in Efficiency.model_fields]
+    if unknown:
+        problem = f"{', '.join(unknown)}: not a field a description can set (archsim.spec.chip.Efficiency)"
+        raise PluginError(definition.name, "efficiency", problem)
     try:
         dispatch = Mechanism(definition.dispatch)
     except ValueError:

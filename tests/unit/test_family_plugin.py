@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,13 @@ class ToySection(FamilySection):
 
     def onchip_bytes(self) -> int:
         return 0
+
+
+@dataclass(frozen=True, slots=True)
+class WarpEfficiency(FamilyEfficiency):
+    """A record with a field no family file, software or chip can set."""
+
+    warp_factor: float
 
 
 TOY = Path(__file__).resolve().parents[1] / "data" / "toy_family"
@@ -122,6 +130,9 @@ def test_register_family_refuses_what_is_not_a_definition() -> None:
     wrong = FamilyDefinition("bad", ToySection, FamilyEfficiency, "warp-drive", lambda *a: None)  # type: ignore[arg-type]
     with pytest.raises(PluginError, match="dispatch: 'warp-drive' is not one of kernel-launch, superstep"):
         register_family(wrong)
+    unsettable = FamilyDefinition("bad", ToySection, WarpEfficiency, Mechanism.KERNEL_LAUNCH, lambda *a: None)
+    with pytest.raises(PluginError, match="efficiency: warp_factor: not a field a description can set"):
+        register_family(unsettable)
     assert "bad" not in family_names()
 
 
