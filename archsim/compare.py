@@ -53,7 +53,7 @@ def _with_chip(library: Library, chip: ChipSpec, variant: ChipSpec) -> Library:
 def _without_software(library: Library, chip: ChipSpec) -> Library:
     """``library`` with the framework overheads of ``chip`` (family and chip's own) set to zero."""
     zero = dict.fromkeys(SOFTWARE_OVERHEADS, 0.0)
-    family_entry = library.find(["family"], chip.family.value)
+    family_entry = library.find(["family"], chip.family)
     family = library.family(chip.family)
     free_family = family.model_copy(update={"efficiency": family.efficiency.model_copy(update=zero)})
     free_chip = chip.model_copy(update={"efficiency": chip.efficiency.model_copy(update=zero)})

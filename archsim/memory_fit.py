@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from archsim.errors import CapacityError
-from archsim.spec.chip import ChipSpec, Family
+from archsim.spec.chip import ChipSpec
 from archsim.spec.common import StreamingMemory
 from archsim.units import format_bytes
 from archsim.workloads.memory import update_only_bytes
@@ -41,15 +41,13 @@ ONCHIP_NAME = "In-Processor Memory"
 
 def has_streaming_memory(chip: ChipSpec) -> bool:
     """True for chips whose main memory is streaming memory behind on-chip program memory (IPUs)."""
-    return chip.family is Family.IPU and chip.ipu is not None
+    return chip.section.in_processor_bytes() is not None
 
 
 def capacity_bytes(chip: ChipSpec) -> int:
     """The memory a step's data is measured against: In-Processor Memory on IPUs, main memory elsewhere."""
-    if has_streaming_memory(chip):
-        assert chip.ipu is not None
-        return chip.ipu.tiles * chip.ipu.tile_sram
-    return chip.memory.main.capacity
+    in_processor = chip.section.in_processor_bytes()
+    return chip.memory.main.capacity if in_processor is None else in_processor
 
 
 def capacity_technology(chip: ChipSpec) -> str:

@@ -87,7 +87,7 @@ def with_error_bars(result: RunResult, library: Library, chip: ChipSpec, kernel:
     table = error_table(library)
     if table is None:
         return replace(result, extrapolation=("chip", "software", "workload shape", "scale"))
-    family = chip.family.value
+    family = chip.family
     level = "operator" if kernel else "system"
     return replace(
         result,

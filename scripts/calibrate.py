@@ -24,8 +24,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from archsim.spec.chip import Family
 from archsim.spec.library import Library
+from archsim.spec.registry import family_names
 from archsim.spec.validation import Group
 from archsim.validation.calibrate import Fit, fit_family, format_value, write_family
 from archsim.validation.calibrate_software import SoftwareFit, fit_software, write_software
@@ -33,10 +33,10 @@ from archsim.validation.crossval import Plan, grouped, held_out_errors
 from archsim.validation.uncertainty_table import coverage, write_table
 
 PLAN = {
-    Family.TENSORCORE: Plan(Family.TENSORCORE, ("compute", "memory_bandwidth", "wave_overhead", "data_gradient"), {}),
-    Family.IPU: Plan(Family.IPU, ("compute",), {}),
-    Family.CUBE: Plan(Family.CUBE, ("compute",), {"mindspore-0.5": ("per_op", "per_step")}),
-    Family.SYSTOLIC: Plan(Family.SYSTOLIC, ("compute",), {"tpu-xla": ("per_step",)}),
+    "tensorcore": Plan("tensorcore", ("compute", "memory_bandwidth", "wave_overhead", "data_gradient"), {}),
+    "ipu": Plan("ipu", ("compute",), {}),
+    "cube": Plan("cube", ("compute",), {"mindspore-0.5": ("per_op", "per_step")}),
+    "systolic": Plan("systolic", ("compute",), {"tpu-xla": ("per_step",)}),
 }
 """What the calibration fits per family, as the README states it. The tensor-core stacks' costs
 (cublas, mxnet, pytorch, tensorflow: 8 parameters fitted to their own rows) are held at their fitted
@@ -49,7 +49,7 @@ def percent(value: float | None) -> str:
 
 
 def show(fit: Fit) -> None:
-    print(f"\n== {fit.family.value}: {fit.rows} rows, {fit.evaluations} evaluations")
+    print(f"\n== {fit.family}: {fit.rows} rows, {fit.evaluations} evaluations")
     print(f"{'parameter':<18} {'before':>12} {'after':>12}")
     for name in fit.names:
         print(
@@ -81,7 +81,7 @@ def show_software(fit: SoftwareFit) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--family", action="append", choices=[f.value for f in Family])
+    parser.add_argument("--family", action="append", choices=list(family_names()))
     parser.add_argument(
         "--parameter",
         action="append",
@@ -121,8 +121,8 @@ def main() -> int:
             print(f"wrote {path}")
         return 0
     table = library.validation(args.table)
-    present = {Family(library.chip(_chip_of(library, r.target)).family) for r in table.rows}
-    families = [Family(f) for f in args.family] if args.family else sorted(present, key=lambda f: f.value)
+    present = {library.chip(_chip_of(library, r.target)).family for r in table.rows}
+    families = list(args.family) if args.family else sorted(present)
     for family in families:
         try:
             fit = fit_family(
@@ -135,11 +135,11 @@ def main() -> int:
                 parameters=args.parameter,
             )
         except ValueError as error:
-            print(f"calibrate: {family.value}: {error}", file=sys.stderr)
+            print(f"calibrate: {family}: {error}", file=sys.stderr)
             return 2
         show(fit)
         if not args.dry_run:
-            path = library.find(["family"], family.value).path
+            path = library.find(["family"], family).path
             write_family(path, fit, args.table)
             print(f"wrote {path}")
     return 0
@@ -147,7 +147,7 @@ def main() -> int:
 
 def uncertainty(library: Library, args: argparse.Namespace) -> int:
     """Cross-validate the families asked for (all by default) and rewrite validation/uncertainty.yaml."""
-    families = [Family(f) for f in args.family] if args.family else list(PLAN)
+    families = list(args.family) if args.family else list(PLAN)
     entries = []
     for family in families:
         results = held_out_errors(

@@ -1,18 +1,22 @@
-"""Cost models, one module per chip family, and the registry that picks one for a chip.
+"""Cost models, one module per chip family, and the factory that builds one for a chip.
 
-:func:`cost_model_for` is the one factory: it returns a model ready to price ops.
-:func:`register_cost_model` lets a user replace or add the model of a family from Python, and
-:func:`register_op_cost` the cost of one op kind; installed packages do the same through the
-``archsim.cost_models`` entry points (:mod:`archsim.models.plugins`).
+:func:`cost_model_for` is the one factory: it looks the chip's family up in the family registry
+(:mod:`archsim.spec.registry`), resolves the run's efficiency values into the family's complete
+record, and returns the family's model ready to price ops. Each family module (``tensorcore``,
+``ipu``, ``cube``, ``systolic`` here, or a plug-in's) registers its section schema, efficiency record
+and model together. :func:`register_cost_model` replaces the model of a registered family from
+Python, and :func:`register_op_cost` the cost of one op kind; installed packages do the same through
+the ``archsim.cost_models`` entry points (:mod:`archsim.models.plugins`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
+from typing import Any, cast
 
+from archsim.errors import PluginError
 from archsim.models.base import Bound, CostModel, FrameworkDispatch, OpCost, Unit
-from archsim.models.cube import CubeModel
-from archsim.models.ipu import IpuModel
 from archsim.models.plugins import (
     CheckedModel,
     OpCostFunction,
@@ -20,29 +24,24 @@ from archsim.models.plugins import (
     register_op_cost,
     unregister_op_cost,
 )
-from archsim.models.systolic import SystolicModel
-from archsim.models.tensorcore import TensorCoreModel
-from archsim.spec.chip import ChipSpec, Efficiency, Family
+from archsim.spec.chip import ChipSpec, Efficiency
 from archsim.spec.common import Precision
+from archsim.spec.registry import family_definition, register_family
 
-CostModelFactory = Callable[[ChipSpec, Efficiency, Precision, int], CostModel]
-"""Builds a model from (chip, merged efficiency, precision, trace memory footprint in bytes)."""
-
-_REGISTRY: dict[str, CostModelFactory] = {
-    Family.TENSORCORE.value: lambda chip, eff, precision, _: TensorCoreModel(chip, eff, precision),
-    Family.IPU.value: lambda chip, eff, precision, footprint: IpuModel(chip, eff, precision, footprint),
-    Family.CUBE.value: lambda chip, eff, precision, _: CubeModel(chip, eff, precision),
-    Family.SYSTOLIC.value: lambda chip, eff, precision, _: SystolicModel(chip, eff, precision),
-}
-
+CostModelFactory = Callable[[ChipSpec, Any, Precision, int], CostModel]
+"""Builds a model from (chip, resolved efficiency record, precision, trace memory footprint in bytes)."""
 
 _EXPLICIT: set[str] = set()
-"""Families whose model was registered from Python: these win over entry points."""
+"""Families whose model was registered from Python: these win over ``archsim.cost_models`` entry points."""
 
 
 def register_cost_model(family: str, factory: CostModelFactory) -> None:
-    """Use ``factory`` for every chip of ``family`` from now on (replaces the built-in model)."""
-    _REGISTRY[family] = factory
+    """Use ``factory`` for every chip of the registered ``family`` from now on (replaces its model)."""
+    try:
+        definition = family_definition(family)
+    except ValueError as err:
+        raise PluginError(getattr(factory, "__qualname__", repr(factory)), "family", str(err)) from None
+    register_family(replace(definition, model=factory))
     _EXPLICIT.add(family)
 
 
@@ -51,13 +50,17 @@ def cost_model_for(
 ) -> CostModel:
     """The cost model of ``chip`` at ``precision``.
 
-    ``efficiency`` holds the family's values merged with the chip's overrides; ``footprint_bytes`` is
-    the memory the trace needs (IPUs spill what exceeds their in-processor memory); ``framework_s``
-    is added to every op's time (see :func:`~archsim.models.base.framework_overhead_s`).
+    ``efficiency`` holds the family's values merged with the software's and the chip's overrides; it
+    is resolved here into the family's complete record (a value nothing set is a SpecError).
+    ``footprint_bytes`` is the memory the trace needs (IPUs spill what exceeds their in-processor
+    memory); ``framework_s`` is added to every op's time (see
+    :func:`~archsim.models.base.framework_overhead_s`).
     """
-    family = chip.family.value
-    factory = _REGISTRY[family] if family in _EXPLICIT else entry_point_plugins()[0].get(family, _REGISTRY[family])
-    model = factory(chip, efficiency, precision, footprint_bytes)
+    family = chip.family
+    definition = family_definition(family)
+    record = definition.efficiency.resolve(efficiency, chip.name)
+    factory = definition.model if family in _EXPLICIT else entry_point_plugins()[0].get(family, definition.model)
+    model = cast(CostModel, factory(chip, record, precision, footprint_bytes))
     return CheckedModel(FrameworkDispatch(model, framework_s) if framework_s else model, family)
 
 

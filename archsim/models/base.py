@@ -20,7 +20,8 @@ from typing import Protocol
 from archsim.errors import UsageError
 from archsim.spec.chip import ChipSpec, Efficiency
 from archsim.spec.common import Precision
-from archsim.workloads.trace import Op
+from archsim.spec.registry import FamilyEfficiency
+from archsim.workloads.trace import Gemm, Op
 
 
 class Bound(enum.StrEnum):
@@ -157,7 +158,7 @@ class ChipRates:
     """Published main-memory bandwidth."""
     element_bytes: int
     """Bytes of one operand element at the run's precision."""
-    efficiency: Efficiency
+    efficiency: FamilyEfficiency
 
     @property
     def matrix_flops_per_s(self) -> float:
@@ -170,15 +171,22 @@ class ChipRates:
         return max(op.flops / peak, compulsory_bytes(op, self.element_bytes) / self.dram_bytes_per_s)
 
 
+def gemm_of(op: Op) -> Gemm:
+    """The matrix product of a matrix op (a ValueError for an op that has none: a caller's mistake)."""
+    if op.gemm is None:
+        raise ValueError(f"op {op.name} ({op.kind.value}) has no matrix product")
+    return op.gemm
+
+
 def operand_bytes(op: Op, element_bytes: int) -> tuple[int, int, int]:
     """Bytes of a matrix op's ``A`` and ``B`` operands and of its other reads.
 
     An operand is counted at most at the size of its GEMM view: a strided 1x1 convolution reads
     only the pixels its filter lands on (a quarter of its input at stride 2).
     """
-    g = op.gemm
-    assert g is not None
-    assert len(op.reads) >= 2
+    g = gemm_of(op)
+    if len(op.reads) < 2:
+        raise ValueError(f"op {op.name} reads {len(op.reads)} tensors, a matrix product's operands are two")
     a = min(op.reads[0].bytes, g.batch * g.m * g.k * element_bytes)
     b = min(op.reads[1].bytes, g.batch * g.k * g.n * element_bytes)
     return a, b, sum(t.bytes for t in op.reads[2:])
@@ -194,7 +202,9 @@ def compulsory_bytes(op: Op, element_bytes: int) -> int:
     return sum(operand_bytes(op, element_bytes)) + op.bytes_written
 
 
-def chip_rates(chip: ChipSpec, efficiency: Efficiency, precision: Precision, vector_flops_per_s: float) -> ChipRates:
+def chip_rates(
+    chip: ChipSpec, efficiency: FamilyEfficiency, precision: Precision, vector_flops_per_s: float
+) -> ChipRates:
     """Rates of ``chip`` at ``precision``; an unsupported precision is a UsageError."""
     macs = chip.macs_per_clock(precision)
     if macs is None or precision not in chip.peak:

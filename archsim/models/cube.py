@@ -24,10 +24,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from archsim.models.base import OpCost, Unit, ceil_div, chip_rates, finish
+from pydantic import model_validator
+
+from archsim.models.base import OpCost, Unit, ceil_div, chip_rates, finish, gemm_of
 from archsim.models.memory import matrix_dram_bytes
-from archsim.spec.chip import ChipSpec, CubeSection, Efficiency
-from archsim.spec.common import Precision, parse_shape
+from archsim.spec.chip import ChipSpec
+from archsim.spec.common import Bytes, Count, Precision, parse_shape
+from archsim.spec.registry import FamilyDefinition, FamilyEfficiency, FamilySection, Mechanism, register_family
 from archsim.workloads.trace import Op
 
 TILE_SIDES = (16, 32, 64, 128, 256)
@@ -58,6 +61,43 @@ class CubeTile:
         return max(self.compute_s, self.memory_s)
 
 
+class CubeSection(FamilySection):
+    """A Huawei Da Vinci chip: AI cores, each a cube unit, a vector unit and L0/L1/unified buffers."""
+
+    peak_counts = ("ai_cores",)
+
+    ai_cores: Count
+    cube_shape: str
+    cube_mac_per_clock: dict[Precision, Count]
+    """Multiply-accumulates per clock per AI core on the cube unit, by precision."""
+    vector_ops_per_clock: dict[Precision, Count]
+    """Element-wise operations per clock per AI core on the vector unit, by precision."""
+    l0a: Bytes
+    l0b: Bytes
+    l0c: Bytes
+    l1: Bytes
+    unified_buffer: Bytes
+    l2_cache: Bytes
+
+    @model_validator(mode="after")
+    def _shape(self) -> CubeSection:
+        parse_shape(self.cube_shape, 3)
+        return self
+
+    def macs_per_clock(self, precision: Precision) -> int | None:
+        """Cube MACs per clock of all AI cores at ``precision`` (None: the cube does not run it)."""
+        per_core = self.cube_mac_per_clock.get(precision)
+        return None if per_core is None else per_core * self.ai_cores
+
+    def onchip_bytes(self) -> int:
+        """The L0/L1/unified buffers of every core and the L2."""
+        return self.ai_cores * (self.l0a + self.l0b + self.l0c + self.l1 + self.unified_buffer) + self.l2_cache
+
+    def matrix_instruction_shape(self) -> str | None:
+        """The cube's ``MxNxK``."""
+        return self.cube_shape
+
+
 def tile_fits(cube: CubeSection, tile_m: int, tile_n: int, frac_k: int, element_bytes: int) -> bool:
     """True when a ``tile_m x tile_n`` core tile fits L0A, L0B, L0C and L1 (double-buffered)."""
     return (
@@ -73,11 +113,11 @@ class CubeModel:
 
     separate_units = True
 
-    def __init__(self, chip: ChipSpec, efficiency: Efficiency, precision: Precision) -> None:
-        assert chip.cube is not None
+    def __init__(self, chip: ChipSpec, efficiency: FamilyEfficiency, precision: Precision) -> None:
         self.chip = chip
         self.precision = precision
-        self.cube: CubeSection = chip.cube
+        self.cube: CubeSection = chip.section_of(CubeSection)
+        self.eff = efficiency
         vector = self.cube.vector_ops_per_clock.get(precision, 0) * self.cube.ai_cores * chip.clock
         self.rates = chip_rates(chip, efficiency, precision, vector)
         self.frac_m, self.frac_n, _ = parse_shape(self.cube.cube_shape, 3)
@@ -86,10 +126,7 @@ class CubeModel:
 
     def cost(self, op: Op) -> OpCost:
         """Price one op on the cube (matrix) or the vector unit."""
-        eff = self.rates.efficiency
-        assert eff.vector
-        assert eff.memory_bandwidth
-        assert eff.op_overhead is not None
+        eff = self.eff
         dram_bw = self.rates.dram_bytes_per_s * eff.memory_bandwidth
         if op.gemm is not None:
             tile = self.best_tile(op, dram_bw)
@@ -115,10 +152,8 @@ class CubeModel:
         return best
 
     def _tile(self, op: Op, tile_m: int, tile_n: int, dram_bytes_per_s: float) -> CubeTile:
-        g = op.gemm
-        assert g is not None
-        eff = self.rates.efficiency
-        assert eff.compute
+        g = gemm_of(op)
+        eff = self.eff
         m_tiles, n_tiles = ceil_div(g.m, tile_m), ceil_div(g.n, tile_n)
         tiles = g.batch * m_tiles * n_tiles
         fractal_ops = (tile_m // self.frac_m) * (tile_n // self.frac_n) * ceil_div(g.k, self.frac_k)
@@ -126,3 +161,13 @@ class CubeModel:
         dram = matrix_dram_bytes(op, m_tiles, n_tiles, self.cube.ai_cores, self.precision.bytes)
         compute_s = cycles / eff.compute / self.chip.clock
         return CubeTile(tile_m, tile_n, tiles, cycles, dram, compute_s, dram / dram_bytes_per_s)
+
+
+def build(chip: ChipSpec, efficiency: FamilyEfficiency, precision: Precision, footprint_bytes: int) -> CubeModel:
+    """The family's model factory (the whole footprint lives in main memory, so it is not needed)."""
+    return CubeModel(chip, efficiency, precision)
+
+
+register_family(
+    FamilyDefinition("cube", CubeSection, FamilyEfficiency, Mechanism.TASK_DISPATCH, build, "Huawei Ascend Da Vinci")
+)

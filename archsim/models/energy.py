@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from archsim.errors import SpecError
-from archsim.spec.chip import ChipSpec, Dataflow
+from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Precision, parse_shape
 from archsim.spec.energy import EnergySpec
 
@@ -49,21 +49,12 @@ SRAM_ACCESSES_PER_DRAM_BYTE = 2
 
 
 def onchip_memory_bytes(chip: ChipSpec) -> int:
-    """SRAM bytes on one chip.
+    """SRAM bytes on one chip (its family section's :meth:`~archsim.spec.registry.FamilySection.onchip_bytes`).
 
     The operand SRAMs of every array (systolic), tile memory (IPU), shared memory and L2 (GPU), the
     L0/L1/unified buffers of every core and L2 (Ascend).
     """
-    if chip.systolic is not None:
-        s = chip.systolic
-        return s.cores * s.arrays_per_core * (s.ifmap_sram + s.filter_sram + s.ofmap_sram)
-    if chip.ipu is not None:
-        return chip.ipu.tiles * chip.ipu.tile_sram
-    if chip.tensorcore is not None:
-        return chip.tensorcore.sm_count * chip.tensorcore.shared_memory_per_sm + chip.tensorcore.l2_cache
-    assert chip.cube is not None
-    c = chip.cube
-    return c.ai_cores * (c.l0a + c.l0b + c.l0c + c.l1 + c.unified_buffer) + c.l2_cache
+    return chip.section.onchip_bytes()
 
 
 def operand_bits_per_mac(chip: ChipSpec, precision: Precision) -> float:
@@ -77,15 +68,11 @@ def operand_bits_per_mac(chip: ChipSpec, precision: Precision) -> float:
     * IPU AMP units (whose shape is not published): both operands at the element width, no reuse.
     """
     element = precision.bytes * BITS_PER_BYTE
-    shape = None
-    if chip.tensorcore is not None:
-        shape = chip.tensorcore.mma_shape
-    elif chip.cube is not None:
-        shape = chip.cube.cube_shape
+    shape = chip.section.matrix_instruction_shape()
     if shape is not None:
         m, n, k = parse_shape(shape, 3)
         return ((m * k + k * n) * element + 2 * m * n * ACCUMULATOR_BITS) / (m * n * k)
-    if chip.systolic is not None and chip.systolic.dataflow != Dataflow.OUTPUT_STATIONARY:
+    if chip.section.latches_partial_sums():
         return float(element + ACCUMULATOR_BITS)
     return float(2 * element)
 

@@ -36,10 +36,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from archsim.models.base import OpCost, Unit, bound_of, ceil_div, chip_rates
+from archsim.errors import SpecError
+from archsim.models.base import OpCost, Unit, bound_of, ceil_div, chip_rates, gemm_of
 from archsim.models.systolic_map import forward_window
-from archsim.spec.chip import ChipSpec, Efficiency, IpuSection
-from archsim.spec.common import Precision
+from archsim.spec.chip import ChipSpec
+from archsim.spec.common import Bandwidth, Bytes, Count, Precision, Time
+from archsim.spec.registry import FamilyDefinition, FamilyEfficiency, FamilySection, Mechanism, register_family
 from archsim.workloads.trace import Op, Phase, Role
 
 AMP_BLOCK = 16
@@ -48,6 +50,52 @@ AMP_K_GRAIN = 16
 """The AMP consumes ``K`` in groups of this many elements (input channels)."""
 PARTIAL_BYTES = 4
 """Partial sums of a split ``K`` are exchanged and added in fp32."""
+
+
+class IpuSection(FamilySection):
+    """A Graphcore IPU: tiles, each a core with its own SRAM, joined by an all-to-all exchange."""
+
+    peak_counts = ("tiles",)
+
+    tiles: Count
+    threads_per_tile: Count
+    tile_sram: Bytes
+    amp_mac_per_clock: dict[Precision, Count]
+    """Multiply-accumulates per clock per tile on the AMP (matrix) unit, by precision."""
+    vector_flops_per_clock: dict[Precision, Count]
+    """Element-wise floating-point operations per clock per tile, by precision."""
+    exchange_bandwidth: Bandwidth
+    """Aggregate on-chip exchange bandwidth (all tiles together)."""
+    sync_latency: Time
+    """Time of one chip-wide bulk-synchronous barrier."""
+
+    def macs_per_clock(self, precision: Precision) -> int | None:
+        """AMP MACs per clock of all tiles at ``precision`` (None: the AMP does not run it)."""
+        per_tile = self.amp_mac_per_clock.get(precision)
+        return None if per_tile is None else per_tile * self.tiles
+
+    def onchip_bytes(self) -> int:
+        """The tiles' SRAM (the In-Processor Memory)."""
+        return self.tiles * self.tile_sram
+
+    def in_processor_bytes(self) -> int | None:
+        """The In-Processor Memory holds a step's data; streaming memory is behind it."""
+        return self.tiles * self.tile_sram
+
+    def check_chip(self, chip: ChipSpec) -> None:
+        """The tiles' SRAM is the chip's on-chip memory level."""
+        if chip.memory.onchip is None:
+            raise ValueError("memory.onchip: an IPU needs its In-Processor-Memory (the tiles' SRAM) described here")
+        total = self.tiles * self.tile_sram
+        if abs(total - chip.memory.onchip.capacity) > 0.01 * total:
+            raise ValueError(f"ipu.tile_sram x tiles = {total} bytes disagrees with memory.onchip.capacity")
+
+
+@dataclass(frozen=True, slots=True)
+class IpuEfficiency(FamilyEfficiency):
+    """The efficiency record of an IPU: the common values and the exchange's reachable fraction."""
+
+    exchange: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,16 +130,18 @@ class IpuModel:
 
     separate_units = False
 
-    def __init__(self, chip: ChipSpec, efficiency: Efficiency, precision: Precision, footprint_bytes: int) -> None:
-        assert chip.ipu is not None
-        assert chip.memory.onchip is not None
+    def __init__(self, chip: ChipSpec, efficiency: IpuEfficiency, precision: Precision, footprint_bytes: int) -> None:
         self.chip = chip
         self.precision = precision
-        self.ipu: IpuSection = chip.ipu
+        self.ipu: IpuSection = chip.section_of(IpuSection)
+        self.eff = efficiency
         self.vector_per_tile = self.ipu.vector_flops_per_clock.get(precision, 0)
         rates = chip_rates(chip, efficiency, precision, self.vector_per_tile * self.ipu.tiles * chip.clock)
         # the working set lives in the in-processor memory: the roofline uses its bandwidth
-        self.rates = replace(rates, dram_bytes_per_s=chip.memory.onchip.bandwidth)
+        onchip = chip.memory.onchip
+        if onchip is None:
+            raise SpecError(chip.name, "memory.onchip", "an IPU needs its In-Processor Memory described")
+        self.rates = replace(rates, dram_bytes_per_s=onchip.bandwidth)
         self.free_bytes = max(0, self.ipu.tile_sram * self.ipu.tiles - footprint_bytes)
         """In-processor memory the resident footprint leaves free (for the update-only state)."""
         resident_per_tile = footprint_bytes / self.ipu.tiles
@@ -102,10 +152,7 @@ class IpuModel:
 
     def cost(self, op: Op) -> OpCost:
         """Price one op as its supersteps plus any streaming-memory phase."""
-        eff = self.rates.efficiency
-        assert eff.vector
-        assert eff.memory_bandwidth
-        assert eff.op_overhead is not None
+        eff = self.eff
         stream_bw = self.chip.memory.main.bandwidth * eff.memory_bandwidth
         resident_streamed = int(op.bytes * self.overflow_fraction)
         if op.gemm is not None:
@@ -153,33 +200,26 @@ class IpuModel:
         ``split`` runs 1, 2, 4, ... up to the number of ``K`` grains; for each, ``serial`` runs 1, 2,
         4, ... until the partition stops spilling (more serial steps would only add syncs).
         """
-        g = op.gemm
-        assert g is not None
+        g = gemm_of(op)
         blocks = g.batch * ceil_div(g.m, AMP_BLOCK) * ceil_div(g.n, AMP_BLOCK)
         k_grains = ceil_div(g.k, AMP_K_GRAIN)
-        best: IpuPartition | None = None
+        best = self._partition(op, blocks, 1, 1)
         split = 1
         while split <= max(1, k_grains):
             serial = 1
             while serial <= ceil_div(k_grains, split):
-                candidate = self._partition(op, blocks, split, serial)
-                if best is None or candidate.time_s < best.time_s:
+                candidate = best if split == serial == 1 else self._partition(op, blocks, split, serial)
+                if candidate.time_s < best.time_s:
                     best = candidate
                 if candidate.spill_bytes == 0:
                     break
                 serial *= 2
             split *= 2
-        assert best is not None
         return best
 
     def _partition(self, op: Op, blocks: int, split: int, serial: int) -> IpuPartition:
-        g = op.gemm
-        assert g is not None
-        eff = self.rates.efficiency
-        assert eff.compute
-        assert eff.exchange
-        assert eff.vector
-        assert eff.memory_bandwidth
+        g = gemm_of(op)
+        eff = self.eff
         tiles, e, clock = self.ipu.tiles, self.precision.bytes, self.chip.clock
         units = blocks * split
         per_tile = ceil_div(units, tiles)
@@ -229,3 +269,6 @@ class IpuModel:
         return IpuPartition(
             split, serial, tiles_used, per_tile, tile_bytes, compute_s, exchange_s, spill, stream_s, reduce_s
         )
+
+
+register_family(FamilyDefinition("ipu", IpuSection, IpuEfficiency, Mechanism.SUPERSTEP, IpuModel, "Graphcore IPUs"))

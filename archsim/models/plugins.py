@@ -26,14 +26,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from functools import cache
-from importlib.metadata import entry_points
 from typing import Any
 
 from archsim.errors import ArchsimError, LimitError, PluginError
 from archsim.limits import MAX_OP_SECONDS
 from archsim.models.base import Bound, CostModel, OpCost, Unit
-from archsim.spec.chip import ChipSpec, Family
+from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Precision
+from archsim.spec.registry import family_definition, family_names, installed_entry_points
 from archsim.workloads.trace import Op, OpKind
 
 ENTRY_POINT_GROUP = "archsim.cost_models"
@@ -57,15 +57,15 @@ def _op_kind(kind: str | OpKind, source: str) -> OpKind:
         raise PluginError(source, "op kind", f"{kind!r} is not one of {known}") from None
 
 
-def _family(family: str | Family, source: str) -> str:
+def _family(family: str, source: str) -> str:
     try:
-        return Family(family).value
+        return family_definition(family).name
     except ValueError:
-        known = ", ".join(f.value for f in Family)
+        known = ", ".join(family_names())
         raise PluginError(source, "family", f"{family!r} is not one of {known}") from None
 
 
-def register_op_cost(kind: str | OpKind, function: OpCostFunction, family: str | Family | None = None) -> None:
+def register_op_cost(kind: str | OpKind, function: OpCostFunction, family: str | None = None) -> None:
     """Price every op of ``kind`` with ``function(op, model)`` (on chips of ``family``, or on all).
 
     ``model`` is the family's cost model (built-in or registered), so ``model.cost(op)`` is the cost
@@ -77,7 +77,7 @@ def register_op_cost(kind: str | OpKind, function: OpCostFunction, family: str |
     _OP_COSTS[key] = function
 
 
-def unregister_op_cost(kind: str | OpKind, family: str | Family | None = None) -> None:
+def unregister_op_cost(kind: str | OpKind, family: str | None = None) -> None:
     """Remove what :func:`register_op_cost` registered for ``kind`` and ``family`` (no error if none)."""
     _OP_COSTS.pop((ANY_FAMILY if family is None else _family(family, "unregister"), _op_kind(kind, "unregister")), None)
 
@@ -87,14 +87,15 @@ def entry_point_plugins() -> tuple[dict[str, Any], dict[tuple[str, OpKind], OpCo
     """Load the ``archsim.cost_models`` entry points once: (family factories, op-cost functions).
 
     A name that is neither a family, an op kind nor ``family.kind``, or an entry point that fails to
-    import, is a PluginError naming the entry point. ``entry_point_plugins.cache_clear()`` reloads.
+    import, is a PluginError naming the entry point. ``entry_point_plugins.cache_clear()`` reloads them
+    (after ``archsim.spec.registry.installed_entry_points.cache_clear()`` for newly installed packages).
     """
     families: dict[str, Any] = {}
     ops: dict[tuple[str, OpKind], OpCostFunction] = {}
-    for point in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda p: p.name):
+    for point in sorted(installed_entry_points().select(group=ENTRY_POINT_GROUP), key=lambda p: p.name):
         source = f"entry point {point.name} = {point.value}"
         family_name, _, kind_name = point.name.rpartition(".")
-        is_family = not family_name and kind_name in {f.value for f in Family}
+        is_family = not family_name and kind_name in family_names()
         try:
             loaded = point.load()
         except Exception as err:  # any failure of a user's package is one line

@@ -22,13 +22,50 @@ numpy nor numba.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from archsim.models.base import OpCost, Unit, ceil_div, chip_rates, finish, operand_bytes
+from archsim.models.base import OpCost, Unit, ceil_div, chip_rates, finish, gemm_of, operand_bytes
 from archsim.models.systolic_map import ArrayConfig, MatrixLayer, dram_words, fold_grid, forward_window, split_stream
-from archsim.spec.chip import ChipSpec, Dataflow, Efficiency, SystolicSection
-from archsim.spec.common import Precision
+from archsim.spec.chip import ChipSpec, Dataflow
+from archsim.spec.common import Bytes, Count, Precision
+from archsim.spec.registry import FamilyDefinition, FamilyEfficiency, FamilySection, Mechanism, register_family
 from archsim.workloads.trace import Op
+
+
+class SystolicSection(FamilySection):
+    """A TPU-style chip: cores of systolic arrays (MXUs) fed from ifmap/filter/ofmap SRAM."""
+
+    peak_counts = ("cores", "arrays_per_core", "array_rows", "array_cols")
+
+    cores: Count
+    arrays_per_core: Count
+    array_rows: Count
+    array_cols: Count
+    dataflow: Dataflow
+    mac_per_pe_per_clock: dict[Precision, Count]
+    """Multiply-accumulates per clock per processing element, by precision."""
+    vector_ops_per_clock: dict[Precision, Count]
+    """Element-wise operations per clock per core on the vector unit, by precision."""
+    ifmap_sram: Bytes
+    filter_sram: Bytes
+    ofmap_sram: Bytes
+    """SRAM per array for each operand (double-buffered halves)."""
+
+    def macs_per_clock(self, precision: Precision) -> int | None:
+        """MACs per clock of every PE of every array at ``precision`` (None: the PEs do not run it)."""
+        per_pe = self.mac_per_pe_per_clock.get(precision)
+        if per_pe is None:
+            return None
+        return self.cores * self.arrays_per_core * self.array_rows * self.array_cols * per_pe
+
+    def onchip_bytes(self) -> int:
+        """The operand SRAMs of every array."""
+        return self.cores * self.arrays_per_core * (self.ifmap_sram + self.filter_sram + self.ofmap_sram)
+
+    def latches_partial_sums(self) -> bool:
+        """Weight- and input-stationary arrays pass partial sums between PEs."""
+        return self.dataflow is not Dataflow.OUTPUT_STATIONARY
 
 
 def matrix_layer(op: Op, element_bytes: int) -> MatrixLayer:
@@ -37,8 +74,7 @@ def matrix_layer(op: Op, element_bytes: int) -> MatrixLayer:
     A forward convolution keeps its input geometry, so that its input is read through footprints
     rather than as its im2col expansion.
     """
-    g = op.gemm
-    assert g is not None
+    g = gemm_of(op)
     if len(op.reads) < 2:
         layer = MatrixLayer.gemm(g.m, g.n, g.k)
     else:
@@ -75,11 +111,11 @@ class SystolicModel:
 
     separate_units = True
 
-    def __init__(self, chip: ChipSpec, efficiency: Efficiency, precision: Precision) -> None:
-        assert chip.systolic is not None
+    def __init__(self, chip: ChipSpec, efficiency: FamilyEfficiency, precision: Precision) -> None:
         self.chip = chip
         self.precision = precision
-        self.sys: SystolicSection = chip.systolic
+        self.sys: SystolicSection = chip.section_of(SystolicSection)
+        self.eff = efficiency
         vector = self.sys.vector_ops_per_clock.get(precision, 0) * self.sys.cores * chip.clock
         self.rates = chip_rates(chip, efficiency, precision, vector)
         self.arrays = self.sys.cores * self.sys.arrays_per_core
@@ -95,44 +131,37 @@ class SystolicModel:
         Candidates are 1, 2, 4, ... slices while a slice still streams at least ``rows`` operands;
         the candidates do not depend on the SRAM sizes, so more SRAM is never slower.
         """
-        assert op.gemm is not None
+        # min keeps the first of equal candidates: the fewer slices
+        return min(self._splits(op, dram_bytes_per_s), key=lambda choice: choice.time_s)
+
+    def _splits(self, op: Op, dram_bytes_per_s: float) -> Iterator[SplitChoice]:
+        """The candidate cuts of :meth:`best_split`, one slice first."""
+        batch = gemm_of(op).batch
         e = self.precision.bytes
-        eff = self.rates.efficiency
-        assert eff.compute
+        eff = self.eff
         layer = matrix_layer(op, e)
         extras = operand_bytes(op, e)[2] if len(op.reads) >= 2 else 0
         macs_per_pe = self.sys.mac_per_pe_per_clock[self.precision]
         stream = fold_grid(layer, self.array.rows, self.array.cols, self.array.dataflow).t
-        best: SplitChoice | None = None
         parts = 1
         while parts == 1 or (parts <= stream and ceil_div(stream, parts) >= self.array.rows):  # rows may be 1
             piece = split_stream(layer, self.array.dataflow, parts)
             grid = fold_grid(piece, self.array.rows, self.array.cols, self.array.dataflow)
-            folds = ceil_div(op.gemm.batch * parts * grid.folds, self.arrays)
+            folds = ceil_div(batch * parts * grid.folds, self.arrays)
             cycles = folds * grid.fold_cycles
             words = dram_words(piece, self.array)
             moved = words.ifmap_reads + words.filter_reads + words.ofmap_reads + words.ofmap_writes
-            dram = round(moved * e) * op.gemm.batch * parts + extras
+            dram = round(moved * e) * batch * parts + extras
             seconds_per_cycle = 1 / macs_per_pe / eff.compute / self.chip.clock
             fill_s = folds * (grid.fold_cycles - grid.t) * seconds_per_cycle
-            choice = SplitChoice(
-                parts, cycles, cycles * seconds_per_cycle, fill_s, dram, dram / dram_bytes_per_s
-            )
-            if best is None or choice.time_s < best.time_s:
-                best = choice
+            yield SplitChoice(parts, cycles, cycles * seconds_per_cycle, fill_s, dram, dram / dram_bytes_per_s)
             if self.array.dataflow is Dataflow.OUTPUT_STATIONARY:
                 break
             parts *= 2
-        assert best is not None
-        return best
 
     def cost(self, op: Op) -> OpCost:
         """Price one op on the arrays (matrix) or the vector unit."""
-        eff = self.rates.efficiency
-        assert eff.compute
-        assert eff.vector
-        assert eff.memory_bandwidth
-        assert eff.op_overhead is not None
+        eff = self.eff
         dram_bw = self.rates.dram_bytes_per_s * eff.memory_bandwidth
         if op.gemm is not None:
             choice = self.best_split(op, dram_bw)
@@ -148,3 +177,15 @@ class SystolicModel:
             )
         compute_s = op.flops / (self.rates.vector_flops_per_s * eff.vector)
         return finish(self.rates, op, compute_s, op.bytes / dram_bw, eff.op_overhead, op.bytes, Unit.VECTOR)
+
+
+def build(chip: ChipSpec, efficiency: FamilyEfficiency, precision: Precision, footprint_bytes: int) -> SystolicModel:
+    """The family's model factory (the whole footprint lives in main memory, so it is not needed)."""
+    return SystolicModel(chip, efficiency, precision)
+
+
+register_family(
+    FamilyDefinition(
+        "systolic", SystolicSection, FamilyEfficiency, Mechanism.PROGRAM_LAUNCH, build, "TPU-style systolic arrays"
+    )
+)

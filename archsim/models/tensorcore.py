@@ -29,13 +29,17 @@ so only the rest is read again (:func:`statistics_reread_bytes`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
+from pydantic import Field, model_validator
+
 from archsim.errors import SpecError
-from archsim.models.base import ChipRates, OpCost, Unit, ceil_div, chip_rates, finish
+from archsim.models.base import ChipRates, OpCost, Unit, ceil_div, chip_rates, finish, gemm_of
 from archsim.models.memory import matrix_dram_bytes
-from archsim.spec.chip import ChipSpec, Efficiency, TensorCoreSection
-from archsim.spec.common import Precision
+from archsim.spec.chip import ChipSpec
+from archsim.spec.common import Bytes, Count, Precision, parse_shape
+from archsim.spec.registry import FamilyDefinition, FamilyEfficiency, FamilySection, Mechanism, register_family
 from archsim.workloads.trace import Op, OpKind, Phase, Role
 
 TILE_K = 32
@@ -73,6 +77,69 @@ class TileChoice:
     memory_s: float
 
 
+class TensorCoreSection(FamilySection):
+    """A tensor-core GPU: SMs of tensor cores and CUDA cores sharing an L1/shared memory.
+
+    The same mechanism describes AMD CDNA GPUs: a compute unit (CU) is an SM, its matrix cores are
+    tensor cores, its local data share (LDS) is shared memory. A GPU without tensor cores (Pascal)
+    leaves ``tensor_cores_per_sm`` and ``mma_shape`` out and runs its matrix products on the CUDA
+    cores at the rates of ``cuda_core_fma_per_clock``.
+    """
+
+    peak_counts = ("sm_count",)
+
+    sm_count: Count
+    tensor_cores_per_sm: Count | None = None
+    mma_shape: str | None = None
+    """Shape ``MxNxK`` of one tensor-core matrix operation per clock, as published."""
+    tensor_fma_per_clock: dict[Precision, Count] = Field(default_factory=dict)
+    """Dense fused multiply-adds per clock per tensor core, by operand precision."""
+    cuda_core_fma_per_clock: dict[Precision, Count]
+    """Fused multiply-adds per clock per SM on the CUDA cores, by precision."""
+    register_file_per_sm: Bytes
+    shared_memory_per_sm: Bytes
+    """Largest shared-memory carve-out of one SM."""
+    l2_cache: Bytes
+    max_threads_per_sm: Count
+    max_blocks_per_sm: Count
+
+    @model_validator(mode="after")
+    def _shape(self) -> TensorCoreSection:
+        described = (self.tensor_cores_per_sm is not None, self.mma_shape is not None, bool(self.tensor_fma_per_clock))
+        if any(described) and not all(described):
+            raise ValueError(
+                "tensor_cores_per_sm, mma_shape and tensor_fma_per_clock describe the tensor cores together: "
+                "give all three, or none for a GPU without tensor cores"
+            )
+        if self.mma_shape is not None:
+            parse_shape(self.mma_shape, 3)
+        return self
+
+    def macs_per_clock(self, precision: Precision) -> int | None:
+        """Tensor-core MACs per clock at ``precision``, else the CUDA cores', else None."""
+        if precision in self.tensor_fma_per_clock and self.tensor_cores_per_sm is not None:
+            return self.sm_count * self.tensor_cores_per_sm * self.tensor_fma_per_clock[precision]
+        if precision in self.cuda_core_fma_per_clock:
+            return self.sm_count * self.cuda_core_fma_per_clock[precision]
+        return None
+
+    def onchip_bytes(self) -> int:
+        """Shared memory of every SM and the L2."""
+        return self.sm_count * self.shared_memory_per_sm + self.l2_cache
+
+    def matrix_instruction_shape(self) -> str | None:
+        """The tensor core's ``MxNxK`` (None without tensor cores)."""
+        return self.mma_shape
+
+
+@dataclass(frozen=True, slots=True)
+class TensorCoreEfficiency(FamilyEfficiency):
+    """The efficiency record of a tensor-core GPU: the common values, the wave fill and dgrad kernels."""
+
+    wave_overhead: float
+    data_gradient: float
+
+
 def statistics_reread_bytes(op: Op, onchip_bytes: int) -> int:
     """Bytes a batch-statistics batch-norm reads a second time (0 for any other op).
 
@@ -97,11 +164,11 @@ class TensorCoreModel:
 
     separate_units = False
 
-    def __init__(self, chip: ChipSpec, efficiency: Efficiency, precision: Precision) -> None:
-        assert chip.tensorcore is not None
+    def __init__(self, chip: ChipSpec, efficiency: TensorCoreEfficiency, precision: Precision) -> None:
         self.chip = chip
         self.precision = precision
-        self.tc: TensorCoreSection = chip.tensorcore
+        self.tc: TensorCoreSection = chip.section_of(TensorCoreSection)
+        self.eff = efficiency
         fp32_fma = self.tc.cuda_core_fma_per_clock.get(Precision.FP32, 0)
         # packed half2 arithmetic doubles the CUDA-core rate for 16-bit element-wise work; CUDA cores
         # have no 8-bit arithmetic, so fp8 and int8 element-wise work runs at the fp32 rate
@@ -129,10 +196,7 @@ class TensorCoreModel:
 
     def cost(self, op: Op) -> OpCost:
         """Price one op (matrix ops as tiled kernels, the rest as streaming kernels)."""
-        eff = self.rates.efficiency
-        assert eff.op_overhead is not None
-        assert eff.memory_bandwidth is not None
-        assert eff.vector is not None
+        eff = self.eff
         dram_bw = self.rates.dram_bytes_per_s * eff.memory_bandwidth
         if op.gemm is not None:
             choice = self.best_tile(op, dram_bw)
@@ -158,25 +222,24 @@ class TensorCoreModel:
         return found
 
     def _best_tile(self, op: Op, dram_bytes_per_s: float) -> TileChoice:
-        best: TileChoice | None = None
+        # min keeps the first of equal candidates; the constructor checked that the smallest tile fits
+        return min(self._candidates(op, dram_bytes_per_s), key=lambda c: max(c.compute_s, c.memory_s))
+
+    def _candidates(self, op: Op, dram_bytes_per_s: float) -> Iterator[TileChoice]:
+        """Every feasible (tile shape, split-K) of a matrix op, in :data:`TILE_SHAPES` then :data:`SPLIT_K` order."""
+        k = gemm_of(op).k
         for tile_m, tile_n, threads in TILE_SHAPES:
             for split in SPLIT_K:
-                if split > 1 and (not self._may_split(op) or op.gemm is None or op.gemm.k < split * MIN_K_PER_SPLIT):
+                if split > 1 and (not self._may_split(op) or k < split * MIN_K_PER_SPLIT):
                     break
                 choice = self._tile(op, tile_m, tile_n, threads, split, dram_bytes_per_s)
-                if choice is not None and (
-                    best is None or max(choice.compute_s, choice.memory_s) < max(best.compute_s, best.memory_s)
-                ):
-                    best = choice
-        assert best is not None, "the smallest tile always fits an SM"
-        return best
+                if choice is not None:
+                    yield choice
 
     def _compute_fraction(self, op: Op) -> float:
         """The reachable fraction of the matrix peak: ``data_gradient`` for dgrad convolutions."""
-        eff = self.rates.efficiency
-        fraction = eff.data_gradient if op.conv is not None and op.phase is Phase.BACKWARD_DATA else eff.compute
-        assert fraction is not None
-        return fraction
+        eff = self.eff
+        return eff.data_gradient if op.conv is not None and op.phase is Phase.BACKWARD_DATA else eff.compute
 
     @staticmethod
     def _may_split(op: Op) -> bool:
@@ -199,8 +262,7 @@ class TensorCoreModel:
         self, op: Op, tile_m: int, tile_n: int, threads: int, split: int, dram_bytes_per_s: float
     ) -> TileChoice | None:
         tc = self.tc
-        gemm = op.gemm
-        assert gemm is not None
+        gemm = gemm_of(op)
         blocks_per_sm = self._blocks_per_sm(tile_m, tile_n, threads)
         if blocks_per_sm < 1:
             return None
@@ -212,9 +274,7 @@ class TensorCoreModel:
         resident_warps = min(tiles_on_busiest_sm, blocks_per_sm) * threads // 32
         occupancy = min(1.0, resident_warps / WARPS_FOR_FULL_RATE)
         waves = ceil_div(tiles_on_busiest_sm, blocks_per_sm)
-        eff = self.rates.efficiency
-        assert eff.compute is not None
-        assert eff.wave_overhead is not None
+        eff = self.eff
         rate = self.sm_macs_per_clock * self._compute_fraction(op) * occupancy * self.chip.clock
         dram = matrix_dram_bytes(op, m_tiles, n_tiles, tc.sm_count * blocks_per_sm, self.precision.bytes)
         if split > 1:
@@ -229,3 +289,22 @@ class TensorCoreModel:
             dram,
             dram / dram_bytes_per_s,
         )
+
+
+def build(
+    chip: ChipSpec, efficiency: TensorCoreEfficiency, precision: Precision, footprint_bytes: int
+) -> TensorCoreModel:
+    """The family's model factory (the whole footprint lives in main memory, so it is not needed)."""
+    return TensorCoreModel(chip, efficiency, precision)
+
+
+register_family(
+    FamilyDefinition(
+        "tensorcore",
+        TensorCoreSection,
+        TensorCoreEfficiency,
+        Mechanism.KERNEL_LAUNCH,
+        build,
+        "tensor-core GPUs (NVIDIA, AMD CDNA)",
+    )
+)

@@ -1,7 +1,9 @@
 """Chip descriptions: the common header, one section per family, and their cross-field checks.
 
 A chip file (``chips/NAME.yaml``) has ``kind: chip``, a ``family`` and exactly the one family section
-that matches it (``tensorcore``, ``ipu``, ``cube`` or ``systolic``). Every quantity is a unit string;
+that matches it, written under the family's name (``tensorcore``, ``ipu``, ``cube``, ``systolic`` or a
+plugged-in family's) and validated by the schema the family registered
+(:mod:`archsim.spec.registry`). Every quantity is a unit string;
 see :mod:`archsim.units`. The checks at the bottom of :class:`ChipSpec` tie the parts together: the
 published peak of each precision must agree with the one implied by the unit counts and the clock
 (within 10 %), and the precisions a chip can run are those its matrix unit supports.
@@ -10,11 +12,12 @@ published peak of each precision must agree with the one implied by the unit cou
 from __future__ import annotations
 
 import enum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, SerializeAsAny, ValidationError, model_validator
+from pydantic_core import InitErrorDetails
 
-from archsim.errors import UnitError
+from archsim.errors import SpecError, UnitError
 from archsim.spec.common import (
     Bandwidth,
     Bytes,
@@ -26,9 +29,8 @@ from archsim.spec.common import (
     Precision,
     Spec,
     Throughput,
-    Time,
-    parse_shape,
 )
+from archsim.spec.registry import FamilySection, check_family_name, family_definition, family_names
 from archsim.units import Dimension, parse
 
 PEAK_TOLERANCE = 0.10
@@ -54,15 +56,9 @@ def _figure(dimension: Dimension) -> Any:
 PowerFigure = Annotated[float | Literal["not published"], _figure(Dimension.POWER)]
 AreaFigure = Annotated[float | Literal["not published"], _figure(Dimension.AREA)]
 LengthFigure = Annotated[float | Literal["not published"], _figure(Dimension.LENGTH)]
-
-
-class Family(enum.StrEnum):
-    """The four kinds of chip archsim models, each with its own cost model."""
-
-    TENSORCORE = "tensorcore"
-    IPU = "ipu"
-    CUBE = "cube"
-    SYSTOLIC = "systolic"
+SectionT = TypeVar("SectionT", bound=FamilySection)
+FamilyName = Annotated[str, AfterValidator(check_family_name)]
+"""The name of a registered chip family (:func:`archsim.spec.registry.family_names`)."""
 
 
 class Dataflow(enum.StrEnum):
@@ -136,99 +132,6 @@ class ChipMemory(Spec):
     onchip: MemoryLevel | None = None
 
 
-class TensorCoreSection(Spec):
-    """A tensor-core GPU: SMs of tensor cores and CUDA cores sharing an L1/shared memory.
-
-    The same mechanism describes AMD CDNA GPUs: a compute unit (CU) is an SM, its matrix cores are
-    tensor cores, its local data share (LDS) is shared memory. A GPU without tensor cores (Pascal)
-    leaves ``tensor_cores_per_sm`` and ``mma_shape`` out and runs its matrix products on the CUDA
-    cores at the rates of ``cuda_core_fma_per_clock``.
-    """
-
-    sm_count: Count
-    tensor_cores_per_sm: Count | None = None
-    mma_shape: str | None = None
-    """Shape ``MxNxK`` of one tensor-core matrix operation per clock, as published."""
-    tensor_fma_per_clock: dict[Precision, Count] = Field(default_factory=dict)
-    """Dense fused multiply-adds per clock per tensor core, by operand precision."""
-    cuda_core_fma_per_clock: dict[Precision, Count]
-    """Fused multiply-adds per clock per SM on the CUDA cores, by precision."""
-    register_file_per_sm: Bytes
-    shared_memory_per_sm: Bytes
-    """Largest shared-memory carve-out of one SM."""
-    l2_cache: Bytes
-    max_threads_per_sm: Count
-    max_blocks_per_sm: Count
-
-    @model_validator(mode="after")
-    def _shape(self) -> TensorCoreSection:
-        described = (self.tensor_cores_per_sm is not None, self.mma_shape is not None, bool(self.tensor_fma_per_clock))
-        if any(described) and not all(described):
-            raise ValueError(
-                "tensor_cores_per_sm, mma_shape and tensor_fma_per_clock describe the tensor cores together: "
-                "give all three, or none for a GPU without tensor cores"
-            )
-        if self.mma_shape is not None:
-            parse_shape(self.mma_shape, 3)
-        return self
-
-
-class IpuSection(Spec):
-    """A Graphcore IPU: tiles, each a core with its own SRAM, joined by an all-to-all exchange."""
-
-    tiles: Count
-    threads_per_tile: Count
-    tile_sram: Bytes
-    amp_mac_per_clock: dict[Precision, Count]
-    """Multiply-accumulates per clock per tile on the AMP (matrix) unit, by precision."""
-    vector_flops_per_clock: dict[Precision, Count]
-    """Element-wise floating-point operations per clock per tile, by precision."""
-    exchange_bandwidth: Bandwidth
-    """Aggregate on-chip exchange bandwidth (all tiles together)."""
-    sync_latency: Time
-    """Time of one chip-wide bulk-synchronous barrier."""
-
-
-class CubeSection(Spec):
-    """A Huawei Da Vinci chip: AI cores, each a cube unit, a vector unit and L0/L1/unified buffers."""
-
-    ai_cores: Count
-    cube_shape: str
-    cube_mac_per_clock: dict[Precision, Count]
-    """Multiply-accumulates per clock per AI core on the cube unit, by precision."""
-    vector_ops_per_clock: dict[Precision, Count]
-    """Element-wise operations per clock per AI core on the vector unit, by precision."""
-    l0a: Bytes
-    l0b: Bytes
-    l0c: Bytes
-    l1: Bytes
-    unified_buffer: Bytes
-    l2_cache: Bytes
-
-    @model_validator(mode="after")
-    def _shape(self) -> CubeSection:
-        parse_shape(self.cube_shape, 3)
-        return self
-
-
-class SystolicSection(Spec):
-    """A TPU-style chip: cores of systolic arrays (MXUs) fed from ifmap/filter/ofmap SRAM."""
-
-    cores: Count
-    arrays_per_core: Count
-    array_rows: Count
-    array_cols: Count
-    dataflow: Dataflow
-    mac_per_pe_per_clock: dict[Precision, Count]
-    """Multiply-accumulates per clock per processing element, by precision."""
-    vector_ops_per_clock: dict[Precision, Count]
-    """Element-wise operations per clock per core on the vector unit, by precision."""
-    ifmap_sram: Bytes
-    filter_sram: Bytes
-    ofmap_sram: Bytes
-    """SRAM per array for each operand (double-buffered halves)."""
-
-
 class ChipSpec(Spec):
     """A whole chip description (``kind: chip``)."""
 
@@ -236,7 +139,7 @@ class ChipSpec(Spec):
     kind: Literal["chip"]
     name: Name
     aliases: tuple[Name, ...] = ()
-    family: Family
+    family: FamilyName
     description: str
     clock: Frequency
     default_precision: Precision
@@ -247,22 +150,41 @@ class ChipSpec(Spec):
     die_area: AreaFigure | None = None
     process: LengthFigure | None = None
     memory: ChipMemory
-    tensorcore: TensorCoreSection | None = None
-    ipu: IpuSection | None = None
-    cube: CubeSection | None = None
-    systolic: SystolicSection | None = None
+    section: SerializeAsAny[FamilySection]
+    """The family section (written under the family's name in the file: ``tensorcore:``, ``ipu:``, ...)."""
     efficiency: Efficiency = Field(default_factory=Efficiency)
     sources: dict[str, str]
 
+    @model_validator(mode="before")
+    @classmethod
+    def _family_section(cls, data: Any) -> Any:
+        """Validate the section named by ``family`` with the family's schema, and store it as ``section``."""
+        if not isinstance(data, dict):
+            return data  # the field checks report it
+        if "section" in data and not isinstance(data["section"], FamilySection):
+            raise ValueError("section: not a field of a chip file (write the family section under the family's name)")
+        if "section" in data or not isinstance(data.get("family"), str):
+            return data  # a section already validated, or a family the field check refuses
+        name = data["family"]
+        try:
+            definition = family_definition(name)
+        except ValueError:
+            return data  # the ``family`` field reports the unknown name
+        present = [key for key in data if key in family_names()]
+        if present != [name]:
+            raise ValueError(f"family {name!r} needs exactly the section {name!r}, found {present or 'none'}")
+        try:
+            section = definition.section.model_validate(data[name])
+        except ValidationError as err:
+            details = [
+                InitErrorDetails(type=e["type"], loc=(name, *e["loc"]), input=e["input"], ctx=e.get("ctx", {}))
+                for e in err.errors(include_url=False)
+            ]
+            raise ValidationError.from_exception_data(cls.__name__, details) from None
+        return {**{k: v for k, v in data.items() if k != name}, "section": section}
+
     @model_validator(mode="after")
     def _consistent(self) -> ChipSpec:
-        sections = {f: getattr(self, f.value) for f in Family}
-        present = [f.value for f, s in sections.items() if s is not None]
-        if present != [self.family.value]:
-            raise ValueError(
-                f"family {self.family.value!r} needs exactly the section {self.family.value!r}, "
-                f"found {present or 'none'}"
-            )
         for figure in self.not_published():
             if not any(key == figure for key in self.sources):
                 raise ValueError(f"{figure}: 'not published' needs a source saying where it is not (sources.{figure})")
@@ -277,12 +199,7 @@ class ChipSpec(Spec):
                     f"peak.{precision.value}: published {published / 1e12:.1f} T/s disagrees with "
                     f"{derived / 1e12:.1f} T/s from unit counts and clock (tolerance 10%)"
                 )
-        if self.ipu is not None:
-            if self.memory.onchip is None:
-                raise ValueError("memory.onchip: an IPU needs its In-Processor-Memory (the tiles' SRAM) described here")
-            total = self.ipu.tiles * self.ipu.tile_sram
-            if abs(total - self.memory.onchip.capacity) > 0.01 * total:
-                raise ValueError(f"ipu.tile_sram x tiles = {total} bytes disagrees with memory.onchip.capacity")
+        self.section.check_chip(self)
         return self
 
     @property
@@ -314,25 +231,13 @@ class ChipSpec(Spec):
 
     def macs_per_clock(self, precision: Precision) -> int | None:
         """Whole-chip dense multiply-accumulates per clock at ``precision``, or None if unsupported."""
-        if self.tensorcore is not None:
-            tc = self.tensorcore
-            if precision in tc.tensor_fma_per_clock and tc.tensor_cores_per_sm is not None:
-                return tc.sm_count * tc.tensor_cores_per_sm * tc.tensor_fma_per_clock[precision]
-            if precision in tc.cuda_core_fma_per_clock:
-                return tc.sm_count * tc.cuda_core_fma_per_clock[precision]
-            return None
-        if self.ipu is not None:
-            per_tile = self.ipu.amp_mac_per_clock.get(precision)
-            return None if per_tile is None else per_tile * self.ipu.tiles
-        if self.cube is not None:
-            per_core = self.cube.cube_mac_per_clock.get(precision)
-            return None if per_core is None else per_core * self.cube.ai_cores
-        assert self.systolic is not None
-        s = self.systolic
-        per_pe = s.mac_per_pe_per_clock.get(precision)
-        if per_pe is None:
-            return None
-        return s.cores * s.arrays_per_core * s.array_rows * s.array_cols * per_pe
+        return self.section.macs_per_clock(precision)
+
+    def section_of(self, kind: type[SectionT]) -> SectionT:
+        """The family section as a ``kind`` (what a family's cost model reads); another kind is a SpecError."""
+        if not isinstance(self.section, kind):
+            raise SpecError(self.name, self.family, f"is a {type(self.section).__name__}, not a {kind.__name__}")
+        return self.section
 
     @property
     def precisions(self) -> tuple[Precision, ...]:

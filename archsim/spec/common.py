@@ -142,13 +142,16 @@ def replace_path(spec: SpecT, path: str, value: object) -> SpecT:
 
     ``replace_path(chip, "memory.main.bandwidth", 1.8e12)`` doubles a V100's HBM bandwidth. No
     validation runs: the value must be in internal units (bytes, Hz, seconds). Dict entries are
-    addressed by key (``peak.fp16``).
+    addressed by key (``peak.fp16``); a chip's family section by its key in the file
+    (``tensorcore.sm_count``), as sweeps address it.
     """
     head, _, rest = path.partition(".")
     if isinstance(spec, dict):
         current = spec[head]
         new = value if not rest else replace_path(current, rest, value)
         return {**spec, head: new}
+    if head not in type(spec).model_fields and head == getattr(spec, "family", None):
+        head = "section"
     if head not in type(spec).model_fields:
         raise KeyError(f"{type(spec).__name__} has no field {head!r}")
     current = getattr(spec, head)

@@ -14,18 +14,14 @@ from typing import Literal
 
 from pydantic import model_validator
 
-from archsim.spec.chip import Efficiency, Family
+from archsim.spec.chip import Efficiency, FamilyName
 from archsim.spec.common import Name, Spec
+from archsim.spec.registry import DISPATCH, family_definition
 
-_COMMON = ("compute", "memory_bandwidth", "vector")
-DISPATCH = ("op_overhead", "framework_overhead", "host_overhead", "step_overhead")
-"""Efficiency fields that a software stack sets (:data:`archsim.spec.software.DISPATCH_FIELDS`), never a family."""
-REQUIRED = {
-    Family.TENSORCORE: (*_COMMON, "wave_overhead", "data_gradient"),
-    Family.IPU: (*_COMMON, "exchange"),
-    Family.CUBE: _COMMON,
-    Family.SYSTOLIC: _COMMON,
-}
+
+def required(family: str) -> tuple[str, ...]:
+    """The efficiency fields the file of ``family`` must set (its registered record's, less dispatch)."""
+    return family_definition(family).efficiency.required()
 
 
 class FamilySpec(Spec):
@@ -33,7 +29,7 @@ class FamilySpec(Spec):
 
     schema_version: Literal[1]
     kind: Literal["family"]
-    name: Family
+    name: FamilyName
     description: str
     efficiency: Efficiency
     software: Name
@@ -44,9 +40,9 @@ class FamilySpec(Spec):
 
     @model_validator(mode="after")
     def _complete(self) -> FamilySpec:
-        missing = [f for f in REQUIRED[self.name] if getattr(self.efficiency, f) is None]
+        missing = [f for f in required(self.name) if getattr(self.efficiency, f, None) is None]
         if missing:
-            raise ValueError(f"efficiency: family {self.name.value} needs {', '.join(missing)}")
+            raise ValueError(f"efficiency: family {self.name} needs {', '.join(missing)}")
         dispatch = [f for f in DISPATCH if getattr(self.efficiency, f) is not None]
         if dispatch:
             raise ValueError(f"efficiency.{dispatch[0]}: per-op and per-step costs belong to the software (software/)")

@@ -25,7 +25,7 @@ from typing import Any
 
 from archsim.errors import LookupFailed, SpecError, UsageError
 from archsim.limits import description_files
-from archsim.spec.chip import ChipSpec, Family
+from archsim.spec.chip import ChipSpec
 from archsim.spec.collective_library import CollectiveLibrarySpec
 from archsim.spec.common import parse_shape
 from archsim.spec.convergence import ConvergenceSpec
@@ -276,9 +276,9 @@ class Library:
                 )
         return chip
 
-    def family(self, family: Family) -> FamilySpec:
+    def family(self, family: str) -> FamilySpec:
         """The efficiency parameters of a family."""
-        spec: FamilySpec = self.spec(self.find(["family"], family.value))
+        spec: FamilySpec = self.spec(self.find(["family"], family))
         return spec
 
     def memory(self, name: str) -> MemorySpec:
@@ -380,13 +380,12 @@ class Library:
         """
         chosen = name if name is not None else self.family(chip.family).software
         spec = self.software(chosen)
-        if spec.family is not chip.family:
-            fits = sorted(e.name for e in self.entries("software") if e.data.get("family") == chip.family.value)
+        if spec.family != chip.family:
+            fits = sorted(e.name for e in self.entries("software") if e.data.get("family") == chip.family)
             raise LookupFailed(
                 chosen,
                 source,
-                f"runs on {spec.family.value} chips, not {chip.name} ({chip.family.value}); use one of: "
-                + ", ".join(fits),
+                f"runs on {spec.family} chips, not {chip.name} ({chip.family}); use one of: " + ", ".join(fits),
             )
         return spec
 

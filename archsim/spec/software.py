@@ -28,30 +28,14 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from archsim.spec.chip import Efficiency, Family
+from archsim.spec.chip import Efficiency, FamilyName
 from archsim.spec.common import Duration, Fraction, Name, Precision, Spec
+from archsim.spec.registry import Mechanism, family_definition
 
 
-class Mechanism(enum.StrEnum):
-    """How a family's software pays for each op: each family has exactly one (:data:`MECHANISMS`)."""
-
-    KERNEL_LAUNCH = "kernel-launch"
-    """GPU: one kernel launch per op, plus an eager framework's dispatch and host issue."""
-    SUPERSTEP = "superstep"
-    """IPU: a compiled program of supersteps; program control per compute set, on top of the sync."""
-    PROGRAM_LAUNCH = "program-launch"
-    """TPU/XLA: one compiled program launched per step; its ops are sequenced on the chip."""
-    TASK_DISPATCH = "task-dispatch"
-    """Ascend: the runtime dispatches one task per op to the AI cores."""
-
-
-MECHANISMS = {
-    Family.TENSORCORE: Mechanism.KERNEL_LAUNCH,
-    Family.IPU: Mechanism.SUPERSTEP,
-    Family.SYSTOLIC: Mechanism.PROGRAM_LAUNCH,
-    Family.CUBE: Mechanism.TASK_DISPATCH,
-}
-"""The dispatch mechanism of each family's software."""
+def mechanism(family: str) -> Mechanism:
+    """The dispatch mechanism of ``family``'s software (its registered ``dispatch``)."""
+    return family_definition(family).dispatch
 
 
 class Rewrite(enum.StrEnum):
@@ -135,7 +119,7 @@ class SoftwareSpec(Spec):
     aliases: tuple[Name, ...] = ()
     description: str
     version: str | None = None
-    family: Family
+    family: FamilyName
     """The family of chips the stack runs on."""
     dispatch: Dispatch
     rewrites: tuple[RewriteRule, ...] = ()
@@ -147,10 +131,10 @@ class SoftwareSpec(Spec):
 
     @model_validator(mode="after")
     def _consistent(self) -> SoftwareSpec:
-        expected = MECHANISMS[self.family]
+        expected = mechanism(self.family)
         if self.dispatch.mechanism is not expected:
             raise ValueError(
-                f"dispatch.mechanism: {self.family.value} software dispatches by {expected.value}, "
+                f"dispatch.mechanism: {self.family} software dispatches by {expected.value}, "
                 f"got {self.dispatch.mechanism.value}"
             )
         cited = [f"dispatch.{name}" for name in DISPATCH_FIELDS]

@@ -22,20 +22,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from archsim.errors import ArchsimError, SpecError, UnitError
-from archsim.spec.chip import ChipSpec, CubeSection, Family, IpuSection, SystolicSection, TensorCoreSection
+from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Precision
 from archsim.spec.library import SPEC_CLASSES, Entry, Library
+from archsim.spec.registry import family_definition
 from archsim.spec.sweep import RunSettings, SweepSpec, WorkloadEntry
 from archsim.spec.yamlio import validate
 from archsim.sweep.constraints import Constraint
 from archsim.units import Dimension, parse, parse_any
-
-_SECTIONS: dict[Family, type[Any]] = {
-    Family.TENSORCORE: TensorCoreSection,
-    Family.IPU: IpuSection,
-    Family.CUBE: CubeSection,
-    Family.SYSTOLIC: SystolicSection,
-}
 
 
 @dataclass(frozen=True)
@@ -138,13 +132,13 @@ def _rescaled_peaks(base: ChipSpec, data: dict[str, Any]) -> None:
     or family section does not validate on its own.
     """
     family = base.family
-    section_data = data.get(family.value)
+    section_data = data.get(family)
     try:
-        section = _SECTIONS[family].model_validate(section_data)
+        section = family_definition(family).section.model_validate(section_data)
         clock = parse(data.get("clock"), Dimension.FREQUENCY)
     except (ValueError, UnitError):
         return
-    variant = base.model_copy(update={family.value: section, "clock": clock})
+    variant = base.model_copy(update={"section": section, "clock": clock})
     peaks = dict(data.get("peak") or {})
     for precision, published in base.peak.items():
         before, after = base.derived_peak(precision), variant.derived_peak(precision)

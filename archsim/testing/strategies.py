@@ -27,8 +27,8 @@ This module needs hypothesis (``pip install 'archsim[testing]'``); nothing else 
 from __future__ import annotations
 
 import copy
+import enum
 import math
-from functools import cache
 from typing import Any
 
 try:
@@ -37,11 +37,14 @@ except ImportError as err:  # pragma: no cover - depends on the environment
     raise ImportError("archsim.testing.strategies needs hypothesis: pip install 'archsim[testing]'") from err
 
 from archsim.models.interconnect import Fabric, Tier, TierKind
-from archsim.spec.chip import ChipSpec, Dataflow, Family
+from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Precision
 from archsim.spec.library import Library
+from archsim.spec.registry import family_definition
 from archsim.spec.system import SystemSpec, Topology
 from archsim.spec.yamlio import validate
+from archsim.testing.fuzz import ODD_VALUES as ODD_VALUES  # re-exported: the fuzz tests read it here
+from archsim.testing.fuzz import builtin_library, descriptions, mutated, mutated_bytes, mutated_text
 from archsim.units import Dimension, parse
 from archsim.workloads.trace import ConvShape, Gemm, Mode, Op, OpKind, Phase, Role, TensorAccess, Trace
 
@@ -68,11 +71,6 @@ __all__ = [
 
 dims = st.integers(min_value=1, max_value=8192)
 """A matrix dimension, 1 to 8192."""
-
-
-@cache
-def _builtin() -> Library:
-    return Library(use_env=False)
 
 
 def precisions() -> st.SearchStrategy[Precision]:
@@ -227,40 +225,37 @@ def _quantity(text: str, dimension: Dimension, factor: float, unit: str) -> str:
     return f"{parse(text, dimension) * factor!r} {unit}"
 
 
-_UNIT_COUNTS = {
-    Family.TENSORCORE: ("sm_count",),
-    Family.IPU: ("tiles",),
-    Family.CUBE: ("ai_cores",),
-    Family.SYSTOLIC: ("cores", "arrays_per_core", "array_rows", "array_cols"),
-}
-"""Counts of each family's section that the peak is linear in."""
-
-
 @st.composite
-def chip_data(draw: st.DrawFn, family: Family | str | None = None, library: Library | None = None) -> dict[str, Any]:
+def chip_data(draw: st.DrawFn, family: str | None = None, library: Library | None = None) -> dict[str, Any]:
     """YAML-ready data of a valid variant of a chip of ``family`` (None: any) from ``library``.
 
-    Starts from a built-in chip (or any chip on ``library``'s search path) and changes its unit
-    counts, clock, main-memory bandwidth and capacity, dataflow (systolic) and efficiency overrides,
-    moving the published peaks by the same factors so that the peak check still holds.
+    Starts from a built-in chip (or any chip on ``library``'s search path) and changes the unit
+    counts its family section's peak is linear in (:attr:`~archsim.spec.registry.FamilySection.peak_counts`),
+    every choice of the section (an enum field, such as a systolic array's dataflow), the clock,
+    main-memory bandwidth and capacity and efficiency overrides, moving the published peaks by the
+    same factors so that the peak check still holds. A section with in-processor memory (IPU) gets
+    the chip's on-chip capacity set to match.
     """
-    library = library or _builtin()
-    entries = [e for e in library.entries("chip") if family is None or e.data.get("family") == Family(family).value]
+    library = library or builtin_library()
+    if family is not None:
+        family_definition(family)  # an unknown family is a ValueError naming the known ones
+    entries = [e for e in library.entries("chip") if family is None or e.data.get("family") == family]
     entry = draw(st.sampled_from(entries))
     data: dict[str, Any] = copy.deepcopy(entry.data)
-    chip_family = Family(data["family"])
-    section = data[chip_family.value]
+    schema = family_definition(data["family"]).section
+    section = data[data["family"]]
     peak_factor = 1.0
-    for field in _UNIT_COUNTS[chip_family]:
+    for field in schema.peak_counts:
         old = section[field]
         new = draw(st.integers(min_value=1, max_value=4 * old))
         section[field] = new
         peak_factor *= new / old
-    if chip_family is Family.SYSTOLIC:
-        section["dataflow"] = draw(st.sampled_from([d.value for d in Dataflow]))
-    if chip_family is Family.IPU and data["memory"].get("onchip") is not None:
-        tile_bytes = int(parse(section["tile_sram"], Dimension.BYTES))
-        data["memory"]["onchip"]["capacity"] = f"{section['tiles'] * tile_bytes} B"
+    for field, info in schema.model_fields.items():
+        if isinstance(info.annotation, type) and issubclass(info.annotation, enum.Enum):
+            section[field] = draw(st.sampled_from([choice.value for choice in info.annotation]))
+    in_processor = schema.model_validate(section).in_processor_bytes()
+    if in_processor is not None and data["memory"].get("onchip") is not None:
+        data["memory"]["onchip"]["capacity"] = f"{in_processor} B"
     clock_factor = draw(st.floats(min_value=0.5, max_value=2.0))
     data["clock"] = _quantity(data["clock"], Dimension.FREQUENCY, clock_factor, "Hz")
     peak_factor *= clock_factor
@@ -285,7 +280,7 @@ def chip_data(draw: st.DrawFn, family: Family | str | None = None, library: Libr
     return data
 
 
-def chips(family: Family | str | None = None, library: Library | None = None) -> st.SearchStrategy[ChipSpec]:
+def chips(family: str | None = None, library: Library | None = None) -> st.SearchStrategy[ChipSpec]:
     """A valid, loaded variant of a chip of ``family`` (see :func:`chip_data`)."""
     return chip_data(family, library).map(lambda data: validate(ChipSpec, data, f"chip {data['name']}"))
 
@@ -298,7 +293,7 @@ def system_data(draw: st.DrawFn, library: Library | None = None) -> dict[str, An
     switch, ring and full-mesh level (2 to 16 members) and the shape of each torus (2 to 8 per
     dimension); graph levels and link types are kept.
     """
-    library = library or _builtin()
+    library = library or builtin_library()
     entry = draw(st.sampled_from(library.entries("system")))
     data: dict[str, Any] = copy.deepcopy(entry.data)
     data["chip"] = draw(st.sampled_from([e.name for e in library.entries("chip")]))
@@ -347,217 +342,3 @@ def fabrics(draw: st.DrawFn, max_tiers: int = 2) -> Fabric:
         )
         below *= size
     return Fabric("random", "chip", 1, below, tuple(tiers), "hierarchical")
-
-
-def descriptions(kind: str, library: Library | None = None) -> st.SearchStrategy[dict[str, Any]]:
-    """A deep copy of the data of one description of ``kind`` (``chip``, ``model``, ...) in the library."""
-    entries = (library or _builtin()).entries(kind)
-    if not entries:
-        raise ValueError(f"the library has no description of kind {kind!r}")
-    return st.sampled_from(entries).map(lambda entry: copy.deepcopy(entry.data))
-
-
-ODD_VALUES: tuple[Any, ...] = (
-    None,
-    True,
-    0,
-    -1,
-    1,
-    2**31,
-    2**53,
-    2**53 + 1,
-    2**63,
-    10**30,
-    10**400,
-    1e-300,
-    1e308,
-    float("inf"),
-    float("nan"),
-    "",
-    "x" * 300,
-    "900",
-    "1e400 GHz",
-    "-5 GB/s",
-    "0 s",
-    "1e-300 Hz",
-    "1e300 B",
-    "1 parsec",
-    "NaN TFLOPS",
-    "1e12 TFLOPS",
-    "2 GB",
-    "16x16",
-    [],
-    {},
-    [1, 2, 3],
-    {"x": 1},
-)
-"""Values that a loader must refuse or survive: wrong types, extremes, non-finite numbers, bad units."""
-
-
-def _odd_values() -> st.SearchStrategy[Any]:
-    return st.one_of(
-        # a copy: a list or mapping put into the data may be edited by a later change of the same draw
-        st.sampled_from(ODD_VALUES).map(copy.deepcopy),
-        st.integers(min_value=-(2**70), max_value=2**70),
-        st.floats(),
-        st.text(max_size=12),
-    )
-
-
-def _slots(data: Any) -> list[tuple[Any, Any]]:
-    """Every (container, key or index) inside ``data``, in a stable order."""
-    found: list[tuple[Any, Any]] = []
-    stack = [data]
-    while stack:
-        node = stack.pop()
-        items = list(node.items()) if isinstance(node, dict) else list(enumerate(node))
-        for key, value in items:
-            found.append((node, key))
-            if isinstance(value, dict | list) and value:
-                stack.append(value)
-    return found
-
-
-def _scaled(value: Any, power: int) -> Any:
-    """``value`` with its magnitude moved by ``10**power`` (numbers and the number of a quantity)."""
-    if isinstance(value, bool):
-        return not value
-    if isinstance(value, int):
-        return value * 10**power if power >= 0 else value // 10**-power
-    if isinstance(value, float):
-        return value * 10.0**power
-    if isinstance(value, str) and value[:1].isdigit():
-        number, _, unit = value.partition(" ")
-        return f"{number}e{power} {unit}".rstrip()
-    return value
-
-
-@st.composite
-def mutated(draw: st.DrawFn, data: dict[str, Any], max_changes: int = 3) -> dict[str, Any]:
-    """A copy of ``data`` with 1 to ``max_changes`` random changes: deleted, replaced, scaled or added values.
-
-    Replacements come from :data:`ODD_VALUES` and arbitrary integers, floats and strings; scaling
-    moves a number (or a quantity's number) by up to 10^30 either way. Most results are invalid.
-    """
-    data = copy.deepcopy(data)
-    for _ in range(draw(st.integers(min_value=1, max_value=max_changes))):
-        slots = _slots(data)
-        action = draw(st.sampled_from(["delete", "replace", "scale", "add"] if slots else ["add"]))
-        if action == "add" or not slots:
-            container = draw(st.sampled_from([data] + [c for c, _ in slots if isinstance(c, dict)]))
-            container[draw(st.sampled_from(["extra", "name", "kind", "schema_version", "x"]))] = draw(_odd_values())
-            continue
-        container, key = draw(st.sampled_from(slots))
-        if action == "delete":
-            del container[key]
-        elif action == "replace":
-            container[key] = draw(_odd_values())
-        else:
-            container[key] = _scaled(container[key], draw(st.integers(min_value=-30, max_value=30)))
-    return data
-
-
-TEXT_TOKENS = (
-    "!!python/object/apply:os.system ['true']",
-    "!!python/name:os.system",
-    "&a ",
-    "*a",
-    "<<: *a\n",
-    "[",
-    "]",
-    "{",
-    "}",
-    ": ",
-    "- ",
-    "? ",
-    "|\n",
-    "---\n",
-    "%YAML 1.1\n",
-    "\t",
-    "\x00",
-    "\ufeff",
-    "\\N",
-    "'",
-    '"',
-    ",",
-    "=",
-    "#",
-    "\n",
-    "nan",
-    "inf",
-    "-1",
-    "0",
-    "1e400",
-    "9" * 120,
-    "[" * 80,
-    "2001-02-30",
-    "0x" + "f" * 40,
-)
-"""Fragments that break YAML, TSV, CSV and INI files in instructive ways."""
-
-
-@st.composite
-def mutated_text(draw: st.DrawFn, text: str, max_changes: int = 3) -> str:
-    """``text`` with 1 to ``max_changes`` random edits: tokens inserted, spans deleted, lines duplicated or cut."""
-    for _ in range(draw(st.integers(min_value=1, max_value=max_changes))):
-        position = draw(st.integers(min_value=0, max_value=len(text)))
-        action = draw(st.sampled_from(["insert", "delete", "duplicate", "truncate", "swap-digit"]))
-        if action == "insert":
-            token = draw(st.one_of(st.sampled_from(TEXT_TOKENS), st.text(max_size=4)))
-            text = text[:position] + token + text[position:]
-        elif action == "delete":
-            text = text[:position] + text[position + draw(st.integers(min_value=1, max_value=40)) :]
-        elif action == "duplicate":
-            start = text.rfind("\n", 0, position) + 1
-            end = text.find("\n", position)
-            line = text[start : len(text) if end < 0 else end + 1]
-            text = text[:start] + line + text[start:]
-        elif action == "truncate":
-            text = text[:position]
-        else:
-            digits = [i for i, c in enumerate(text) if c.isdigit()]
-            if digits:
-                index = draw(st.sampled_from(digits))
-                text = text[:index] + draw(st.sampled_from(["0", "-1", "99999999999", "1e30", "x"])) + text[index + 1 :]
-    return text
-
-
-BYTE_TOKENS = (
-    b"\x00",
-    b"\xff",
-    b"\x80" * 12,  # a varint that never ends
-    b"\xff\xff\xff\xff\x0f",  # a varint of 2^32 - 1: a huge length prefix
-    b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01",  # the largest 64-bit varint
-    b"\x1f\x8b",  # the gzip magic
-    b"\x08\x00",
-    b"\x0a\x00",
-    b"\x12\x7f",
-)
-"""Fragments that break length-delimited binary formats (protobuf, Chakra ET) in instructive ways."""
-
-
-@st.composite
-def mutated_bytes(draw: st.DrawFn, data: bytes, max_changes: int = 3) -> bytes:
-    """``data`` with 1 to ``max_changes`` random edits: bytes flipped, inserted or deleted, ranges duplicated or cut."""
-    for _ in range(draw(st.integers(min_value=1, max_value=max_changes))):
-        position = draw(st.integers(min_value=0, max_value=len(data)))
-        action = draw(st.sampled_from(["insert", "delete", "duplicate", "truncate", "flip", "set"]))
-        if action == "insert":
-            token = draw(st.one_of(st.sampled_from(BYTE_TOKENS), st.binary(min_size=1, max_size=8)))
-            data = data[:position] + token + data[position:]
-        elif action == "delete":
-            data = data[:position] + data[position + draw(st.integers(min_value=1, max_value=40)) :]
-        elif action == "duplicate":
-            chunk = data[position : position + draw(st.integers(min_value=1, max_value=256))]
-            data = data[:position] + chunk + data[position:]
-        elif action == "truncate":
-            data = data[:position]
-        elif position < len(data):
-            old = data[position]
-            new = (
-                old ^ (1 << draw(st.integers(min_value=0, max_value=7)))
-                if action == "flip"
-                else draw(st.integers(0, 255))
-            )
-            data = data[:position] + bytes([new]) + data[position + 1 :]
-    return data

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from archsim.outfile import write_file
-from archsim.spec.chip import Efficiency, Family
+from archsim.spec.chip import Efficiency
 from archsim.spec.common import Duration
-from archsim.spec.family import REQUIRED
+from archsim.spec.family import required
 from archsim.spec.library import Library
 from archsim.spec.validation import Group, Level, ValidationSpec
 from archsim.validation.run import Prepared, ValidationReport, prepare, report_for
@@ -45,7 +45,7 @@ FRACTION_FLOOR = 0.02
 class Fit:
     """The outcome of fitting one family."""
 
-    family: Family
+    family: str
     names: tuple[str, ...]
     before: Efficiency
     after: Efficiency
@@ -106,7 +106,7 @@ def _minimize(
 
 def fit_family(
     library: Library,
-    family: Family,
+    family: str,
     table: str = "published",
     folds: int = 5,
     max_evaluations: int = 400,
@@ -122,16 +122,16 @@ def fit_family(
     spec: ValidationSpec = library.validation(table)
     every = [prepare(row, library) for row in spec.rows]
     # busbw rows time a collective library's call, which no family parameter changes
-    rows = [p for p in every if p.family is family and p.trace is not None]
+    rows = [p for p in every if p.family == family and p.trace is not None]
     if not rows:
-        raise ValueError(f"{table} has no rows for family {family.value}")
-    names = tuple(parameters) if parameters else REQUIRED[family]
-    unknown = [n for n in names if n not in REQUIRED[family]]
+        raise ValueError(f"{table} has no rows for family {family}")
+    names = tuple(parameters) if parameters else required(family)
+    unknown = [n for n in names if n not in required(family)]
     if unknown:
-        raise ValueError(f"family {family.value} has no efficiency parameter {', '.join(unknown)}")
+        raise ValueError(f"family {family} has no efficiency parameter {', '.join(unknown)}")
     if len(names) > len(rows):
         raise ValueError(
-            f"{len(rows)} {family.value} rows cannot determine {len(names)} parameters; "
+            f"{len(rows)} {family} rows cannot determine {len(names)} parameters; "
             f"name at most {len(rows)} with --parameter"
         )
     before = library.family(family).efficiency
@@ -139,9 +139,7 @@ def fit_family(
     def run(subset: Sequence[Prepared], efficiency: Efficiency) -> ValidationReport:
         return report_for(spec, subset, library, {family: efficiency})
 
-    after, cross, count = fit_and_cross_validate(
-        rows, run, before, names, folds, max_evaluations, family.value, progress
-    )
+    after, cross, count = fit_and_cross_validate(rows, run, before, names, folds, max_evaluations, family, progress)
     return Fit(family, names, before, after, len(rows), run(rows, before), run(rows, after), cross, count)
 
 
@@ -223,11 +221,11 @@ def write_family(path: Path, fit: Fit, table: str) -> None:
         text = pattern.sub(rf"\g<1>{value}", text)
     which = (
         f"{len(fit.names)} parameters shared by every chip of the family"
-        if set(fit.names) == set(REQUIRED[fit.family])
+        if set(fit.names) == set(required(fit.family))
         else f"only {', '.join(fit.names)} fitted, the others as set by hand"
     )
     source = (
-        f'  efficiency: "fitted by scripts/calibrate.py to the {fit.rows} {fit.family.value} rows of '
+        f'  efficiency: "fitted by scripts/calibrate.py to the {fit.rows} {fit.family} rows of '
         f'validation/{table}.yaml (calibration.csv only); {which}"'
     )
     text, replaced = re.subn(r"^  efficiency: .*$", source, text, flags=re.MULTILINE)

@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from archsim.spec.chip import Efficiency, Family
+from archsim.spec.chip import Efficiency
 from archsim.spec.library import Library
 from archsim.spec.software import SoftwareSpec
 from archsim.spec.uncertainty import ANY
@@ -29,7 +29,7 @@ from archsim.validation.run import Prepared, prepare, report_for, software_name
 class Plan:
     """What the calibration fits for one family: its efficiency fields and, per stack, its parameters."""
 
-    family: Family
+    family: str
     parameters: tuple[str, ...]
     stacks: Mapping[str, tuple[str, ...]]
 
@@ -85,9 +85,9 @@ def held_out_errors(
     from scipy.optimize import minimize  # imported here: only calibration needs scipy
 
     spec: ValidationSpec = library.validation(table)
-    rows = [p for p in (prepare(r, library) for r in spec.rows) if p.family is plan.family and p.trace is not None]
+    rows = [p for p in (prepare(r, library) for r in spec.rows) if p.family == plan.family and p.trace is not None]
     if plan.count > len(rows):
-        raise ValueError(f"{len(rows)} {plan.family.value} rows cannot determine {plan.count} parameters")
+        raise ValueError(f"{len(rows)} {plan.family} rows cannot determine {plan.count} parameters")
     start, decode = _joint(library, plan)
 
     def errors(subset: Sequence[Prepared], x: Sequence[float]) -> dict[str, float]:
@@ -109,7 +109,7 @@ def held_out_errors(
         train = [p for i, p in enumerate(rows) if i % k != fold]
         test = [p for i, p in enumerate(rows) if i % k == fold]
         if progress:
-            progress(f"{plan.family.value}: fold {fold + 1}/{k} ({len(train)} rows to fit, {len(test)} held out)")
+            progress(f"{plan.family}: fold {fold + 1}/{k} ({len(train)} rows to fit, {len(test)} held out)")
         options = {"maxfev": max_evaluations, "xatol": 1e-3, "fatol": 1e-5, "adaptive": True}
         fitted = minimize(loss(train), start, method="Nelder-Mead", options=options).x if train else start
         held.update(errors(test, [float(v) for v in fitted]))
@@ -120,7 +120,7 @@ def grouped(results: Sequence[RowErrors]) -> list[dict[str, object]]:
     """Mean errors per (family, software, level), per (family, ``*``, level) and per (family, ``*``, ``*``)."""
     groups: dict[tuple[str, str, str], list[RowErrors]] = {}
     for r in results:
-        family, level = r.prepared.family.value, r.prepared.row.group.level.value
+        family, level = r.prepared.family, r.prepared.row.group.level.value
         for key in ((family, r.software, level), (family, ANY, level), (family, ANY, ANY)):
             groups.setdefault(key, []).append(r)
     out = []

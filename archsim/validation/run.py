@@ -15,7 +15,7 @@ from archsim.api import Target, resolve_target, run_trace
 from archsim.collective_run import collective
 from archsim.errors import SpecError
 from archsim.results.records import RunResult
-from archsim.spec.chip import Efficiency, Family
+from archsim.spec.chip import Efficiency
 from archsim.spec.common import Precision, StreamingMemory
 from archsim.spec.library import Library
 from archsim.spec.software import SoftwareSpec
@@ -46,7 +46,7 @@ class Prepared:
     """A system row's options (nodes, pipeline stages, streaming memory) as its run gives them."""
 
     @property
-    def family(self) -> Family:
+    def family(self) -> str:
         """The family of the row's chip."""
         return self.target.chip.family
 
@@ -224,7 +224,7 @@ def software_name(prepared: Prepared, library: Library) -> str:
 def predict(
     prepared: Prepared,
     library: Library,
-    efficiencies: Mapping[Family, Efficiency] | None = None,
+    efficiencies: Mapping[str, Efficiency] | None = None,
     stacks: Mapping[str, SoftwareSpec] | None = None,
 ) -> float:
     """Predict one prepared row, optionally with replacement family efficiencies or software stacks.
@@ -270,7 +270,7 @@ def report_for(
     spec: ValidationSpec,
     prepared: Sequence[Prepared],
     library: Library,
-    efficiencies: Mapping[Family, Efficiency] | None,
+    efficiencies: Mapping[str, Efficiency] | None,
     progress: Callable[[int, int, str], None] | None = None,
     stacks: Mapping[str, SoftwareSpec] | None = None,
 ) -> ValidationReport:
@@ -281,5 +281,5 @@ def report_for(
             progress(index, len(prepared), item.row.id)
         predicted = predict(item, library, efficiencies, stacks)
         software = software_name(item, library)
-        results.append(RowResult(item.row, predicted, spec.tolerance[item.row.group], item.family.value, software))
+        results.append(RowResult(item.row, predicted, spec.tolerance[item.row.group], item.family, software))
     return ValidationReport(spec.name, tuple(results))

@@ -14,7 +14,6 @@ import yaml
 
 from archsim.errors import LookupFailed
 from archsim.outfile import write_file
-from archsim.spec.chip import Family
 from archsim.spec.library import Library
 from archsim.uncertainty import TABLE, workload_key
 from archsim.validation.run import prepare, software_name
@@ -35,7 +34,7 @@ def coverage(library: Library, table: str) -> dict[str, dict[str, object]]:
     workloads: dict[str, dict[str, dict[str, set[int]]]] = {}
     for row in spec.rows:
         prepared = prepare(row, library)
-        family = prepared.family.value
+        family = prepared.family
         entry = found.setdefault(family, {"chips": set(), "software": set(), "max_chips": 1})
         entry["chips"].add(prepared.target.chip.name)  # type: ignore[attr-defined]
         entry["software"].add(software_name(prepared, library))  # type: ignore[attr-defined]
@@ -74,12 +73,12 @@ def write_table(
     library: Library,
     table: str,
     folds: int,
-    families: Sequence[tuple[Family, list[dict[str, object]]]],
+    families: Sequence[tuple[str, list[dict[str, object]]]],
     covered: dict[str, dict[str, object]],
 ) -> Path:
     """Write the error table next to the validation table, replacing the entries of ``families`` only."""
     path = library.find(["validation"], table).path.parent / f"{TABLE}.yaml"
-    refreshed = {family.value for family, _ in families}
+    refreshed = {family for family, _ in families}
     kept: list[dict[str, object]] = []
     try:
         old = library.uncertainty(TABLE)

@@ -28,7 +28,10 @@ def model(chip: ChipSpec, footprint: int = 0) -> CostModel:
 def scaled(chip: ChipSpec, path: str, factor: float) -> ChipSpec:
     value = chip
     for part in path.split("."):
-        value = value[part] if isinstance(value, dict) else getattr(value, part)  # type: ignore[index]
+        if isinstance(value, dict):
+            value = value[part]
+        else:  # a family section is addressed by its key in the chip file, as replace_path does
+            value = value.section if part == chip.family and value is chip else getattr(value, part)  # type: ignore[attr-defined]
     new = type(value)(value * factor)
     return replace_path(chip, path, new)
 
@@ -36,13 +39,13 @@ def scaled(chip: ChipSpec, path: str, factor: float) -> ChipSpec:
 def section_paths(chip: ChipSpec) -> list[str]:
     """Fields that add compute units, bandwidth or buffer space to this chip."""
     paths = ["memory.main.bandwidth"]
-    if chip.tensorcore is not None:
+    if chip.family == "tensorcore":
         paths += ["tensorcore.sm_count", "tensorcore.l2_cache", "tensorcore.shared_memory_per_sm"]
-    if chip.ipu is not None:
+    if chip.family == "ipu":
         paths += ["ipu.exchange_bandwidth", "memory.onchip.bandwidth", "ipu.tile_sram"]
-    if chip.cube is not None:
+    if chip.family == "cube":
         paths += ["cube.ai_cores", "cube.l0a", "cube.l0b", "cube.l0c", "cube.l1"]
-    if chip.systolic is not None:
+    if chip.family == "systolic":
         # a larger array is not "more units": its fill and drain grow, and small products do get slower
         paths += ["systolic.arrays_per_core", "systolic.cores"]
         paths += ["systolic.ifmap_sram", "systolic.filter_sram", "systolic.ofmap_sram"]

@@ -29,7 +29,6 @@ from archsim.baseline.runs import parse_run
 from archsim.chakra_replay import replay_chakra
 from archsim.errors import ArchsimError, UsageError
 from archsim.results.scalesim import run_scalesim
-from archsim.spec.chip import Family
 from archsim.spec.common import Precision
 from archsim.spec.family import FamilySpec
 from archsim.spec.library import Library, builtin_roots
@@ -67,9 +66,7 @@ def _run_chip(path: Path) -> None:
 
 def _run_family(path: Path) -> None:
     spec: FamilySpec = LIBRARY.spec(LIBRARY.find(["family"], str(path)))
-    chip = LIBRARY.chip(
-        {Family.TENSORCORE: "v100", Family.IPU: "gc200", Family.CUBE: "ascend910"}.get(spec.name, "tpu-v3")
-    )
+    chip = LIBRARY.chip({"tensorcore": "v100", "ipu": "gc200", "cube": "ascend910"}.get(spec.name, "tpu-v3"))
     trace = build_trace("gemm:256x256x256", LIBRARY, Mode.TRAIN, None, chip.default_precision, None)
     run_trace(Target(chip.name, chip), trace, LIBRARY, family_efficiency=spec.efficiency)
 

@@ -81,7 +81,7 @@ def check_physical(result: RunResult) -> None:
         assert layer.end_s - layer.start_s >= layer.roofline_s * (1 - 1e-12), layer.name
     assert result.memory_bytes <= result.memory_capacity_bytes
     assert result.streaming_memory_bytes <= chip.memory.main.capacity
-    if chip.ipu is not None and result.streaming_memory_bytes == 0:
+    if chip.family == "ipu" and result.streaming_memory_bytes == 0:
         # a step that fits In-Processor Memory moves nothing from streaming memory (an IPU op's bytes)
         assert all(layer.bytes == 0 for layer in result.layers)
 

@@ -48,6 +48,8 @@ def test_v100_loads(library: Library) -> None:
         (lambda d: d["memory"]["main"].update(bandwidth="9 TB/s"), "memory.main.bandwidth", "exceeds 4 stacks"),
         (lambda d: d["memory"]["main"].update(technology="hbm9"), "memory.main.technology", "unknown memory"),
         (lambda d: d.update(family="ipu"), "", "needs exactly the section 'ipu'"),
+        (lambda d: d.update(family="gpu"), "family", "unknown family 'gpu' (known: tensorcore, ipu, cube, systolic"),
+        (lambda d: d.update(section=d.pop("tensorcore")), "", "section: not a field of a chip file"),
         (lambda d: d["peak"].update(fp16="250 TFLOPS"), "", "peak.fp16: published 250.0"),
         (lambda d: d.update(schema_version=2), "schema_version", "unsupported version 2"),
         (lambda d: d.update(tdp="unpublished"), "tdp", "not a quantity"),  # only "not published" says so
@@ -91,7 +93,7 @@ def test_a_tensor_core_sm_that_holds_no_thread_block_is_refused(tmp_path: Path) 
     from archsim import simulate
 
     chip = load_mutated(tmp_path, lambda d: d["tensorcore"].update(max_threads_per_sm=1))
-    assert chip.tensorcore is not None
+    assert chip.section.max_threads_per_sm == 1  # type: ignore[attr-defined]
     with pytest.raises(SpecError) as info:
         simulate(str(tmp_path / "chip.yaml"), "gemm:256x256x256")
     assert info.value.field == "tensorcore"

@@ -15,6 +15,7 @@ from archsim.cli import main
 from archsim.errors import LimitError, PluginError
 from archsim.models import plugins, register_cost_model, register_op_cost, unregister_op_cost
 from archsim.models.base import CostModel, OpCost
+from archsim.spec.registry import installed_entry_points
 from archsim.workloads.trace import Op, OpKind
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -24,13 +25,15 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 def clean_registries(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every test starts and ends with no user registrations and no entry points loaded."""
     import archsim.models as models
+    from archsim.spec import registry
 
     monkeypatch.setattr(plugins, "_OP_COSTS", {})
-    monkeypatch.setattr(models, "_REGISTRY", dict(models._REGISTRY))
+    monkeypatch.setattr(registry, "_FAMILIES", registry.families())
     monkeypatch.setattr(models, "_EXPLICIT", set())
     plugins.entry_point_plugins.cache_clear()
     yield
     plugins.entry_point_plugins.cache_clear()
+    registry.installed_entry_points.cache_clear()
 
 
 def times(result: object, kind: str) -> list[float]:
@@ -72,9 +75,9 @@ def test_family_specific_function_wins_and_none_keeps_the_built_in() -> None:
 
 
 def test_register_cost_model_replaces_a_family() -> None:
-    import archsim.models as models
+    from archsim.spec.registry import family_definition
 
-    built_in = models._REGISTRY["systolic"]
+    built_in = family_definition("systolic").model
 
     def factory(chip, efficiency, precision, footprint):  # type: ignore[no-untyped-def]
         model = built_in(chip, efficiency, precision, footprint)
@@ -149,6 +152,7 @@ def install_entry_points(root: Path, monkeypatch: pytest.MonkeyPatch, lines: str
     (root / "my_models.py").write_text(module)
     monkeypatch.syspath_prepend(str(root))
     monkeypatch.delitem(sys.modules, "my_models", raising=False)
+    installed_entry_points.cache_clear()  # a newly installed distribution
     plugins.entry_point_plugins.cache_clear()
 
 

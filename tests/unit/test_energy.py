@@ -12,8 +12,10 @@ from archsim import simulate
 from archsim.cli import main
 from archsim.errors import SpecError
 from archsim.models.energy import chip_energy, modelled_area_mm2, operand_bits_per_mac, throttle
+from archsim.models.systolic import SystolicSection
 from archsim.results.records import RunResult
-from archsim.spec.common import Precision
+from archsim.spec.chip import Dataflow
+from archsim.spec.common import Precision, replace_path
 from archsim.spec.library import Library, builtin_roots
 from archsim.sweep import run_sweep
 
@@ -55,8 +57,8 @@ def test_register_traffic_per_mac_follows_the_matrix_units_shape(library: Librar
     assert operand_bits_per_mac(library.chip("ascend910"), Precision.FP16) == 6  # 16x16x16
     systolic = library.chip("systolic-32x32")
     assert operand_bits_per_mac(systolic, Precision.FP16) == 32  # os: two fp16 operands latched per MAC
-    section = systolic.systolic.model_copy(update={"dataflow": "ws"})  # type: ignore[union-attr]
-    assert operand_bits_per_mac(systolic.model_copy(update={"systolic": section}), Precision.FP16) == 48
+    ws = replace_path(systolic, "systolic.dataflow", Dataflow.WEIGHT_STATIONARY)
+    assert operand_bits_per_mac(ws, Precision.FP16) == 48
 
 
 def test_modelled_area_grows_with_the_array_and_the_sram(library: Library) -> None:
@@ -65,11 +67,11 @@ def test_modelled_area_grows_with_the_array_and_the_sram(library: Library) -> No
     assert chip_energy(chip, tech, Precision.FP16).area_source == "modelled"
     areas = []
     for side in (32, 64, 128, 256):
-        section = chip.systolic.model_copy(update={"array_rows": side, "array_cols": side})  # type: ignore[union-attr]
-        areas.append(modelled_area_mm2(chip.model_copy(update={"systolic": section}), tech))
+        square = replace_path(replace_path(chip, "systolic.array_rows", side), "systolic.array_cols", side)
+        areas.append(modelled_area_mm2(square, tech))
     assert areas == sorted(areas) and len(set(areas)) == 4
-    bigger = chip.systolic.model_copy(update={"ifmap_sram": 2 * chip.systolic.ifmap_sram})  # type: ignore[union-attr]
-    assert modelled_area_mm2(chip.model_copy(update={"systolic": bigger}), tech) > areas[0]
+    sram = chip.section_of(SystolicSection).ifmap_sram
+    assert modelled_area_mm2(replace_path(chip, "systolic.ifmap_sram", 2 * sram), tech) > areas[0]
 
 
 def test_throttle_holds_average_power_at_the_limit() -> None:

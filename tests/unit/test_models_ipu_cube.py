@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from archsim.models.cube import CubeModel, tile_fits
-from archsim.models.ipu import AMP_BLOCK, AMP_K_GRAIN, IpuModel
+from archsim.models.ipu import AMP_BLOCK, AMP_K_GRAIN, IpuEfficiency, IpuModel, IpuSection
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import replace_path
 from archsim.spec.library import Library
+from archsim.spec.registry import FamilyEfficiency
 from archsim.stack import default_efficiency
 from archsim.workloads.trace import Gemm, Op, OpKind, Phase, Role, TensorAccess
 
@@ -31,7 +32,7 @@ def gemm_op(m: int, n: int, k: int, batch: int = 1) -> Op:
 def ipu(footprint: int = 0, chip: ChipSpec | None = None) -> IpuModel:
     chip = chip or LIBRARY.chip("gc200")
     efficiency = default_efficiency(LIBRARY, chip)
-    return IpuModel(chip, efficiency, chip.default_precision, footprint)
+    return IpuModel(chip, IpuEfficiency.resolve(efficiency, chip.name), chip.default_precision, footprint)
 
 
 def test_a_tile_gets_whole_amp_blocks() -> None:
@@ -91,7 +92,7 @@ def test_resident_data_beyond_tile_sram_streams() -> None:
 def cube(chip: ChipSpec | None = None) -> CubeModel:
     chip = chip or LIBRARY.chip("ascend910")
     efficiency = default_efficiency(LIBRARY, chip)
-    return CubeModel(chip, efficiency, chip.default_precision)
+    return CubeModel(chip, FamilyEfficiency.resolve(efficiency, chip.name), chip.default_precision)
 
 
 def update_op(state_bytes: int, other_bytes: int) -> Op:
@@ -102,8 +103,8 @@ def update_op(state_bytes: int, other_bytes: int) -> Op:
 
 def test_update_only_state_stays_in_free_sram_and_streams_the_rest() -> None:
     chip = LIBRARY.chip("gc200")
-    assert chip.ipu is not None
-    sram = chip.ipu.tiles * chip.ipu.tile_sram
+    section = chip.section_of(IpuSection)
+    sram = section.tiles * section.tile_sram
     roomy = ipu(footprint=sram // 4)
     # the whole state fits the SRAM the resident data leaves free: nothing streams
     assert roomy.cost(update_op(sram // 8, 4096)).dram_bytes == 0

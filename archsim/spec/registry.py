@@ -1,0 +1,237 @@
+"""The chip-family registry: every family, built-in or plugged in, is one :class:`FamilyDefinition`.
+
+A definition names everything archsim needs to know about a kind of chip, in one place:
+
+* ``section``: the schema of the chip file's family section (a :class:`FamilySection`, whose methods
+  give the rates: MACs per clock at a precision, on-chip bytes, the matrix instruction's shape);
+* ``efficiency``: the complete, typed record of efficiency values its cost model reads (a
+  :class:`FamilyEfficiency`); its fields other than the dispatch costs are the ones the family file
+  must set;
+* ``dispatch``: how the family's software issues an op (a :class:`Mechanism`);
+* ``model``: the cost-model factory, called as ``model(chip, efficiency, precision, footprint_bytes)``.
+
+A family module defines these and calls :func:`register_family` when imported. The built-in families
+are such modules (:data:`BUILTIN_MODULES`); the registry imports them, then the modules named by the
+entry points of the group :data:`ENTRY_POINT_GROUP` (installed packages), then those named in the
+:data:`ENV_VAR` environment variable (modules on ``PYTHONPATH``), the first time a family is looked
+up. The modules are named as strings and imported on demand, so this module depends on nothing
+above ``spec/``; a later registration of a name replaces an earlier one.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import enum
+import importlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from importlib.metadata import EntryPoints, entry_points
+from typing import TYPE_CHECKING, Any, ClassVar, Self
+
+from archsim.errors import ArchsimError, PluginError, SpecError
+from archsim.spec.common import Precision, Spec
+
+if TYPE_CHECKING:
+    from archsim.spec.chip import ChipSpec, Efficiency
+
+BUILTIN_MODULES = ("archsim.models.tensorcore", "archsim.models.ipu", "archsim.models.cube", "archsim.models.systolic")
+"""The built-in family modules, imported (in this order) before any plug-in."""
+ENTRY_POINT_GROUP = "archsim.families"
+"""Entry-point group of installed family packages: each entry point names a module to import."""
+ENV_VAR = "ARCHSIM_FAMILIES"
+"""Environment variable of family modules to import (names separated by commas)."""
+DISPATCH = ("op_overhead", "framework_overhead", "host_overhead", "step_overhead")
+"""Efficiency fields that a software stack sets (:data:`archsim.spec.software.DISPATCH_FIELDS`), never a family."""
+
+
+class Mechanism(enum.StrEnum):
+    """How a family's software pays for each op: each family registers one (:attr:`FamilyDefinition.dispatch`)."""
+
+    KERNEL_LAUNCH = "kernel-launch"
+    """GPU: one kernel launch per op, plus an eager framework's dispatch and host issue."""
+    SUPERSTEP = "superstep"
+    """IPU: a compiled program of supersteps; program control per compute set, on top of the sync."""
+    PROGRAM_LAUNCH = "program-launch"
+    """TPU/XLA: one compiled program launched per step; its ops are sequenced on the chip."""
+    TASK_DISPATCH = "task-dispatch"
+    """Ascend: the runtime dispatches one task per op to the AI cores."""
+
+
+class FamilySection(Spec, abc.ABC):
+    """The family section of a chip file: the unit counts and sizes its cost model reads.
+
+    A family's section class subclasses this and gives the rates below; the chip's published peak
+    of each precision is checked against :meth:`macs_per_clock` and the clock.
+    """
+
+    peak_counts: ClassVar[tuple[str, ...]] = ()
+    """Unit-count fields the matrix peak is linear in (property tests scale them with the peak)."""
+
+    @abc.abstractmethod
+    def macs_per_clock(self, precision: Precision) -> int | None:
+        """Whole-chip dense multiply-accumulates per clock of the matrix unit at ``precision`` (None: unsupported)."""
+
+    @abc.abstractmethod
+    def onchip_bytes(self) -> int:
+        """SRAM bytes on the chip (buffers, caches, tile memories), for energy and area."""
+
+    def matrix_instruction_shape(self) -> str | None:
+        """``MxNxK`` of one matrix instruction when published (tensor core, cube), else None."""
+        return None
+
+    def latches_partial_sums(self) -> bool:
+        """True when a MAC passes a 32-bit partial sum between processing elements (weight/input stationary)."""
+        return False
+
+    def in_processor_bytes(self) -> int | None:
+        """Bytes of on-chip program memory that must hold a step's data (IPU), or None (main memory holds it)."""
+        return None
+
+    def check_chip(self, chip: ChipSpec) -> None:
+        """Cross-field checks between this section and the rest of ``chip``; raise ValueError on a problem."""
+
+
+@dataclass(frozen=True, slots=True)
+class FamilyEfficiency:
+    """The efficiency values of a run, resolved once: family file, software stack, chip overrides.
+
+    Every field is set (see :class:`archsim.spec.chip.Efficiency` for their meaning); a family whose
+    model needs more subclasses this with more float fields, which its family file must set.
+    """
+
+    compute: float
+    memory_bandwidth: float
+    vector: float
+    op_overhead: float
+    framework_overhead: float
+    host_overhead: float
+    step_overhead: float
+
+    @classmethod
+    def required(cls) -> tuple[str, ...]:
+        """The fields a family file must set (every field but the software's dispatch costs)."""
+        return tuple(f.name for f in dataclasses.fields(cls) if f.name not in DISPATCH)
+
+    @classmethod
+    def resolve(cls, efficiency: Efficiency, source: str) -> Self:
+        """The complete record of ``efficiency`` (a merged spec); a value left unset is a SpecError."""
+        values: dict[str, float] = {}
+        for field in dataclasses.fields(cls):
+            value = getattr(efficiency, field.name, None)
+            if value is None and field.name == "framework_overhead":
+                value = 0.0  # a bare kernel library adds no framework time
+            if value is None:
+                problem = "not set by the family file, the software or the chip"
+                raise SpecError(source, f"efficiency.{field.name}", problem)
+            values[field.name] = float(value)
+        return cls(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class FamilyDefinition:
+    """One chip family: its section schema, efficiency record, dispatch mechanism and cost model."""
+
+    name: str
+    """The ``family:`` value of its chips and the key of their family section."""
+    section: type[FamilySection]
+    efficiency: type[FamilyEfficiency]
+    dispatch: Mechanism
+    """How its software dispatches an op."""
+    model: Callable[[ChipSpec, Any, Precision, int], Any]
+    """Cost-model factory ``model(chip, efficiency record, precision, footprint_bytes)``."""
+    description: str = ""
+
+
+@cache
+def installed_entry_points() -> EntryPoints:
+    """Every entry point of the installed distributions, scanned once per process.
+
+    The scan reads every distribution's metadata (tens of milliseconds at start-up), so the family
+    and cost-model plug-ins share it; ``installed_entry_points.cache_clear()`` scans again.
+    """
+    scanned = entry_points()  # every group (SelectableGroups before Python 3.12)
+    return EntryPoints(point for group in sorted(scanned.groups) for point in scanned.select(group=group))
+
+
+_FAMILIES: dict[str, FamilyDefinition] = {}
+_loaded = False
+
+
+def register_family(definition: FamilyDefinition) -> None:
+    """Make ``definition`` the family of its name (a later registration of the name replaces it)."""
+    if not isinstance(definition, FamilyDefinition):
+        raise PluginError(repr(definition), "family", "register_family takes a FamilyDefinition")
+    if not isinstance(definition.section, type) or not issubclass(definition.section, FamilySection):
+        raise PluginError(definition.name, "section", "must be a FamilySection subclass")
+    if not isinstance(definition.efficiency, type) or not issubclass(definition.efficiency, FamilyEfficiency):
+        raise PluginError(definition.name, "efficiency", "must be a FamilyEfficiency subclass")
+    from archsim.spec.chip import Efficiency  # chip.py imports this module: import it when it is loaded
+
+    unknown = [f.name for f in dataclasses.fields(definition.efficiency) if f.name not in Efficiency.model_fields]
+    if unknown:
+        problem = f"{', '.join(unknown)}: not a field a description can set (archsim.spec.chip.Efficiency)"
+        raise PluginError(definition.name, "efficiency", problem)
+    try:
+        dispatch = Mechanism(definition.dispatch)
+    except ValueError:
+        known = ", ".join(m.value for m in Mechanism)
+        raise PluginError(definition.name, "dispatch", f"{definition.dispatch!r} is not one of {known}") from None
+    _FAMILIES[definition.name] = dataclasses.replace(definition, dispatch=dispatch)
+
+
+def _import(module: str, source: str) -> None:
+    try:
+        importlib.import_module(module)
+    except ArchsimError:
+        raise
+    except Exception as err:  # any failure of a user's module is one line
+        raise PluginError(source, "family module", f"cannot import {module}: {type(err).__name__}: {err}") from None
+
+
+def _load() -> None:
+    """Import the built-in family modules, then the plug-ins (once per process)."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True  # set first: a family module that looks a family up while importing sees what is there
+    try:
+        for module in BUILTIN_MODULES:
+            importlib.import_module(module)
+        for point in sorted(installed_entry_points().select(group=ENTRY_POINT_GROUP), key=lambda p: p.name):
+            _import(point.value.split(":")[0].strip(), f"entry point {point.name} = {point.value}")
+        for module in (m.strip() for m in os.environ.get(ENV_VAR, "").split(",")):
+            if module:
+                _import(module, ENV_VAR)
+    except BaseException:
+        _loaded = False  # the next lookup tries again, and fails the same way, rather than missing a family
+        raise
+
+
+def families() -> dict[str, FamilyDefinition]:
+    """Every registered family, by name, in registration order (built-ins first)."""
+    _load()
+    return dict(_FAMILIES)
+
+
+def family_names() -> tuple[str, ...]:
+    """The names of the registered families."""
+    return tuple(families())
+
+
+def family_definition(name: str) -> FamilyDefinition:
+    """The family called ``name``; an unknown name is a ValueError naming the known ones."""
+    found = families().get(name)
+    if found is None:
+        raise ValueError(
+            f"unknown family {name!r} (known: {', '.join(family_names())}; a plug-in family's module is named "
+            f"in {ENV_VAR} or by an {ENTRY_POINT_GROUP} entry point)"
+        )
+    return found
+
+
+def check_family_name(name: str) -> str:
+    """``name`` if it is a registered family (a pydantic validator of ``family:`` fields)."""
+    return family_definition(name).name
