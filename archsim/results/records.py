@@ -22,8 +22,11 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from archsim.engine.records import CollectiveRecord
 from archsim.engine.replay import OpTiming
 from archsim.results.training import InputRecord, TimeToTrainRecord
+
+__all__ = ["CollectiveRecord", "LayerRecord", "LinkRecord", "Normalized", "RunResult", "to_json"]
 from archsim.spec.chip import ChipSpec
 from archsim.workloads.trace import Op
 
@@ -94,17 +97,6 @@ class LinkRecord:
     utilization: float
     """``busy_s`` over the step time (mean over the class)."""
     max_utilization: float
-
-
-@dataclass(frozen=True, slots=True)
-class CollectiveRecord:
-    """One collective (or pipeline transfer) of the step."""
-
-    name: str
-    stage: int
-    bytes: float
-    start_s: float
-    end_s: float
 
 
 @dataclass(frozen=True, slots=True)

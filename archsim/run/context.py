@@ -11,7 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from archsim.engine.collectives import DEFAULT_CHUNK_BYTES
+from archsim.engine.network import LinkObserver
 from archsim.engine.parallel import DEFAULT_BUCKET_BYTES, CommOptions, Schedule
+from archsim.engine.records import LinkSpans, LinkStatistics
 from archsim.models import cost_model_for
 from archsim.models.base import CostModel, framework_overhead_s
 from archsim.models.interconnect import Fabric
@@ -88,7 +90,8 @@ class SystemContext:
     efficiency: Efficiency
     comm: CommOptions
     options: SystemOptions
-    record: bool
+    spans: LinkSpans | None
+    """The timeline's link observer when the run is recorded (None: not recorded)."""
     mode: Mode
     rebuild: Callable[[int, bool], Trace] | None
     software: SoftwareSpec
@@ -104,6 +107,10 @@ class SystemContext:
         """The training loop's per-step cost (an inference loop runs the forward ops only)."""
         assert self.efficiency.step_overhead is not None
         return self.efficiency.step_overhead if self.mode is Mode.TRAIN else 0.0
+
+    def observers(self, statistics: LinkStatistics) -> list[LinkObserver]:
+        """What watches a step's links: ``statistics`` (the result's), and the timeline's when recorded."""
+        return [statistics] if self.spans is None else [statistics, self.spans]
 
     def model(self, trace: Trace, needed: int, share: float = 1.0) -> CostModel:
         """The chip's model for ops of ``trace`` on a chip that needs ``needed`` bytes.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from archsim import memory_fit
 from archsim.engine.parallel import data_parallel_step
+from archsim.engine.records import LinkStatistics
 from archsim.engine.replay import replay
 from archsim.run.context import RunOutput, SystemContext
 from archsim.run.system_result import system_result, timeline
@@ -21,8 +22,10 @@ def data_parallel(context: SystemContext, trace: Trace) -> RunOutput:
     single = replay(trace, model, context.issue_s)
     single_end = max((t.end_s for t in single), default=0.0)
     costs = [t.cost for t in single]
+    statistics = LinkStatistics()
+    observers = context.observers(statistics)
     outcome = data_parallel_step(
-        trace.ops, costs, model.separate_units, context.placement, context.comm, context.issue_s, context.record
+        trace.ops, costs, model.separate_units, context.placement, context.comm, context.issue_s, observers
     )
     entries = [(op, t, 0) for op, t in zip(trace.ops, outcome.timings, strict=True)]
     result = system_result(
@@ -35,6 +38,7 @@ def data_parallel(context: SystemContext, trace: Trace) -> RunOutput:
         trace.memory_bytes,
         single_end + context.step_overhead_s,
         outcome.comm,
+        statistics,
         exposed_s=max(0.0, outcome.end_s - single_end),
         bubble=(0.0, 0.0),
     )

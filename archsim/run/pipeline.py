@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from archsim import memory_fit
 from archsim.engine.parallel import Schedule, StageWork, gradient_buckets, pipeline_step
+from archsim.engine.records import Block, BlockKind, LinkStatistics
 from archsim.engine.replay import OpTiming, replay
 from archsim.models.base import OpCost
 from archsim.run.context import RunOutput, SystemContext
@@ -46,7 +47,9 @@ def pipelined(context: SystemContext, trace: Trace, microbatches: int) -> RunOut
         blocks.append((forward, backward, update))
     options = context.options
     placement, comm = context.placement, context.comm
-    outcome = pipeline_step(work, placement, options.schedule, microbatches, train, comm, context.record)
+    statistics = LinkStatistics()
+    observers = context.observers(statistics)
+    outcome = pipeline_step(work, placement, options.schedule, microbatches, train, comm, observers)
     free = pipeline_step(work, placement, options.schedule, microbatches, train, comm, communicate=False)
     entries, chip_spans = _pipeline_entries(trace, stages, blocks, outcome.tasks)
     busy = [microbatches * (w.forward_s + w.backward_s) for w in work]
@@ -62,6 +65,7 @@ def pipelined(context: SystemContext, trace: Trace, microbatches: int) -> RunOut
         memory,
         single_chip_step(context, trace, microbatches),
         outcome.comm,
+        statistics,
         exposed_s=max(0.0, outcome.end_s - free.end_s),
         bubble=(bubble_s, bubble_s / flush if flush > 0 else 0.0),
     )
@@ -128,22 +132,27 @@ def _pipeline_entries(
     trace: Trace,
     stages: list[Stage],
     blocks: list[tuple[list[OpTiming], list[OpTiming], OpCost | None]],
-    tasks: list[tuple[int, str, int, float, float]],
+    tasks: list[Block],
 ) -> tuple[list[tuple[Op, OpTiming, int]], list[list[tuple[str, float, float, str]]]]:
     """Layer entries (ops of microbatch 0 placed at their blocks' times) and block spans per stage."""
-    first: dict[tuple[int, str], float] = {}
+    first: dict[tuple[int, BlockKind], float] = {}
     spans: list[list[tuple[str, float, float, str]]] = [[] for _ in stages]
     updates: dict[int, tuple[float, float]] = {}
-    for s, kind, mb, start, end in tasks:
-        spans[s].append((f"{kind}{mb}" if kind != "U" else "update", start, end, kind))
-        if kind == "U":
-            updates[s] = (start, end)
-        elif mb == 0:
-            first[(s, kind)] = start
+    for block in tasks:
+        s, kind = block.stage, block.kind
+        name = "update" if kind is BlockKind.UPDATE else f"{kind.value}{block.microbatch}"
+        spans[s].append((name, block.start_s, block.end_s, kind.value))
+        if kind is BlockKind.UPDATE:
+            updates[s] = (block.start_s, block.end_s)
+        elif block.microbatch == 0:
+            first[(s, kind)] = block.start_s
     entries: list[tuple[Op, OpTiming, int]] = []
     for stage, (forward, backward, update) in zip(stages, blocks, strict=True):
         s = stage.index
-        for indices, timings, kind in ((stage.forward, forward, "F"), (stage.backward, backward, "B")):
+        for indices, timings, kind in (
+            (stage.forward, forward, BlockKind.FORWARD),
+            (stage.backward, backward, BlockKind.BACKWARD),
+        ):
             offset = first.get((s, kind), 0.0)
             for i, t in zip(indices, timings, strict=True):
                 entries.append((trace.ops[i], OpTiming(offset + t.start_s, offset + t.end_s, t.cost), s))

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from archsim.collective_run import gradient_call
 from archsim.engine.collectives import resolve_algorithm
 from archsim.engine.parallel import CommOptions
+from archsim.engine.records import LinkSpans
 from archsim.models.placement import place
 from archsim.run.chip import finished
 from archsim.run.context import RunOutput, SystemContext, SystemOptions
@@ -73,8 +74,9 @@ def replay_on_system(
         call.chunk_bytes if call is not None else options.chunk_bytes,
         call.fixed_s if call is not None else 0.0,
     )
+    spans = LinkSpans() if record else None
     context = SystemContext(
-        system, source, fabric, placement, chip, efficiency, comm, options, record, trace.mode, rebuild, stack
+        system, source, fabric, placement, chip, efficiency, comm, options, spans, trace.mode, rebuild, stack
     )
     run = data_parallel(context, trace) if microbatches is None else pipelined(context, trace, microbatches)
     return RunOutput(finished(run.result, chip, library, trace), run.timeline)

@@ -12,9 +12,10 @@ from collections.abc import Sequence
 
 from archsim.engine.network import Lane
 from archsim.engine.parallel import CommLog
+from archsim.engine.records import LinkStatistics
 from archsim.engine.replay import OpTiming
 from archsim.results.assembly import build_system_result
-from archsim.results.records import CollectiveRecord, LinkRecord, RunResult
+from archsim.results.records import LinkRecord, RunResult
 from archsim.results.timeline import MIRRORED_CHIPS, Timeline, TimelineSpan
 from archsim.run.context import SystemContext
 from archsim.workloads.trace import Op, Trace
@@ -30,6 +31,7 @@ def system_result(
     memory: int,
     single_step: float | str,
     comm: CommLog,
+    statistics: LinkStatistics,
     exposed_s: float,
     bubble: tuple[float, float],
 ) -> RunResult:
@@ -38,8 +40,8 @@ def system_result(
     ``single_step`` is one chip's time for the same per-replica batch, or why one chip cannot run it.
     """
     step_s = ops_time_s + context.step_overhead_s
-    collectives = [CollectiveRecord(*c) for c in sorted(comm.collectives, key=lambda c: (c[3], c[1], c[0]))]
-    collectives += [CollectiveRecord(*c) for c in sorted(comm.transfers, key=lambda c: (c[3], c[1], c[0]))]
+    collectives = sorted(comm.collectives, key=lambda c: (c.start_s, c.stage, c.name))
+    collectives += sorted(comm.transfers, key=lambda c: (c.start_s, c.stage, c.name))
     options = context.options
     return build_system_result(
         target=context.system.name,
@@ -66,14 +68,14 @@ def system_result(
         input_samples_per_s=context.software.input_pipeline,
         bubble_s=bubble[0],
         bubble_fraction=bubble[1],
-        links=link_records(comm.lanes, step_s),
+        links=link_records(comm.lanes, statistics, step_s),
         collectives=collectives,
     )
 
 
 def timeline(context: SystemContext, per_stage: list[list[tuple[str, float, float, str]]], comm: CommLog) -> Timeline:
     """Compute lanes per chip (mirrored from the representatives) and one lane per simulated link."""
-    if not context.record:
+    if context.spans is None:
         return Timeline()
     stages = len(per_stage)
     spans = [[TimelineSpan(n, s, e, c) for n, s, e, c in lanes] for lanes in per_stage]
@@ -86,31 +88,31 @@ def timeline(context: SystemContext, per_stage: list[list[tuple[str, float, floa
     link_lanes = [
         (
             f"{lane.name} [{lane.tier.link}]",
-            [TimelineSpan(sp.label, sp.start_s, sp.end_s, "link") for sp in lane.spans],
+            [TimelineSpan(sp.label, sp.start_s, sp.end_s, "link") for sp in context.spans.spans.get(lane, [])],
         )
         for lane in comm.lanes
     ]
     return Timeline(chip_lanes, link_lanes)
 
 
-def link_records(lanes: Sequence[Lane], step_s: float) -> list[LinkRecord]:
+def link_records(lanes: Sequence[Lane], statistics: LinkStatistics, step_s: float) -> list[LinkRecord]:
     """Per tier and direction: the representative links' mean traffic and utilization over the step."""
     groups: dict[tuple[str, str, str], list[Lane]] = defaultdict(list)
     for lane in lanes:
-        direction = lane.name.rsplit(" ", 1)[-1].rstrip("0123456789")
-        groups[(lane.tier.name, lane.tier.link, direction)].append(lane)
+        groups[(lane.tier.name, lane.tier.link, lane.id.direction.value)].append(lane)
+    busy = {lane: statistics.busy_s.get(lane, 0.0) for lane in lanes}
     records = []
     for (tier, link, direction), members in groups.items():
         count = len(members)
-        utilizations = [lane.busy_s / step_s if step_s > 0 else 0.0 for lane in members]
+        utilizations = [busy[lane] / step_s if step_s > 0 else 0.0 for lane in members]
         records.append(
             LinkRecord(
                 tier=tier,
                 link=link,
                 direction=direction,
                 links=count,
-                bytes=sum(lane.bytes for lane in members) / count,
-                busy_s=sum(lane.busy_s for lane in members) / count,
+                bytes=sum(statistics.bytes.get(lane, 0.0) for lane in members) / count,
+                busy_s=sum(busy[lane] for lane in members) / count,
                 utilization=min(sum(utilizations) / count, max(utilizations)),  # no rounding above max
                 max_utilization=max(utilizations),
             )

@@ -15,6 +15,7 @@ from archsim.engine.parallel import (
     pipeline_step,
     stage_order,
 )
+from archsim.engine.records import BlockKind
 from archsim.engine.replay import replay
 from archsim.models import cost_model_for
 from archsim.models.base import OpCost
@@ -108,10 +109,10 @@ def test_pipeline_sends_activations_and_contends(library: Library) -> None:
     outcome = pipeline_step(work, placement, Schedule.ONE_F_ONE_B, 8, True, HIER)
     free = pipeline_step(work, placement, Schedule.ONE_F_ONE_B, 8, True, HIER, communicate=False)
     assert outcome.end_s > free.end_s
-    sends = [t for t in outcome.comm.transfers if t[0].startswith("act")]
+    sends = [t for t in outcome.comm.transfers if t.name.startswith("act")]
     assert len(sends) == 3 * 8
-    assert all(end - start >= 8 * 2**20 / 25e9 for *_, start, end in sends)
+    assert all(t.end_s - t.start_s >= 8 * 2**20 / 25e9 for t in sends)
     assert len(outcome.comm.collectives) == 4  # one bucket per stage, data-parallel width 2
-    updates = [t for t in outcome.tasks if t[1] == "U"]
+    updates = [t for t in outcome.tasks if t.kind is BlockKind.UPDATE]
     assert len(updates) == 4
-    assert math.isclose(outcome.end_s, max(end for *_, end in updates))
+    assert math.isclose(outcome.end_s, max(t.end_s for t in updates))
