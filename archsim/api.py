@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from archsim.results.records import RunResult
 from archsim.run.chip import replay_on_chip as run_trace
-from archsim.run.request import Layout, RunRequest
+from archsim.run.request import RunRequest
 from archsim.run.runner import run
 from archsim.run.target import Target, preferred_capacity_bytes, resolve_target
 from archsim.spec.common import Fusion, Precision, StreamingMemory
@@ -76,7 +76,13 @@ def simulate(
         seq_len,
         prompt_len=prompt_len,
         gen_len=gen_len,
-        layout=Layout.of(nodes, pipeline_stages, microbatches, schedule, collective, bucket_bytes, overlap),
+        nodes=nodes,
+        pipeline_stages=pipeline_stages,
+        microbatches=microbatches,
+        schedule=schedule,
+        collective=collective,
+        bucket_bytes=bucket_bytes,
+        overlap=overlap,
         software=software,
         fusion=fusion,
         recompute=recompute,

@@ -44,7 +44,7 @@ def simulate_run(args: argparse.Namespace) -> tuple[RunResult, Library, Timeline
 
     The timeline is recorded so that the timeline figure shows the links' lanes as the Perfetto export does.
     """
-    from archsim.run.request import Layout, RunRequest
+    from archsim.run.request import RunRequest
     from archsim.run.runner import run
     from archsim.spec.library import Library
 
@@ -58,7 +58,9 @@ def simulate_run(args: argparse.Namespace) -> tuple[RunResult, Library, Timeline
         args.seq_len,
         prompt_len=args.prompt_len,
         gen_len=args.gen_len,
-        layout=Layout.of(args.nodes, args.pipeline_stages, args.microbatches),
+        nodes=args.nodes,
+        pipeline_stages=args.pipeline_stages,
+        microbatches=args.microbatches,
         software=args.software,
         fusion=args.fusion,
         recompute=args.recompute,

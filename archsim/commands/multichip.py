@@ -14,7 +14,7 @@ from archsim.cli import positive_int
 from archsim.errors import UnitError
 from archsim.results.records import RunResult
 from archsim.results.timeline import write_timeline
-from archsim.run.request import Layout, RunRequest
+from archsim.run.request import RunRequest
 from archsim.run.runner import run
 from archsim.spec.library import Library
 from archsim.units import format_bytes, format_time, parse_bytes
@@ -69,15 +69,13 @@ def simulate_args(args: argparse.Namespace) -> RunResult:
         args.seq_len,
         prompt_len=args.prompt_len,
         gen_len=args.gen_len,
-        layout=Layout.of(
-            args.nodes,
-            args.pipeline_stages,
-            args.microbatches,
-            args.schedule,
-            args.collective,
-            args.bucket_size,
-            not args.no_overlap,
-        ),
+        nodes=args.nodes,
+        pipeline_stages=args.pipeline_stages,
+        microbatches=args.microbatches,
+        schedule=args.schedule,
+        collective=args.collective,
+        bucket_bytes=args.bucket_size,
+        overlap=not args.no_overlap,
         software=args.software,
         fusion=args.fusion,
         recompute=args.recompute,

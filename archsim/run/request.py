@@ -200,7 +200,13 @@ class RunRequest:
         *,
         prompt_len: int | None = None,
         gen_len: int | None = None,
-        layout: Layout | None = None,
+        nodes: int | None = None,
+        pipeline_stages: int = 1,
+        microbatches: int | None = None,
+        schedule: str | Schedule = Schedule.ONE_F_ONE_B,
+        collective: str | None = None,
+        bucket_bytes: int | None = None,
+        overlap: bool = True,
         software: str | None = None,
         fusion: str | Fusion | None = None,
         recompute: bool | None = None,
@@ -208,7 +214,8 @@ class RunRequest:
     ) -> RunRequest:
         """A checked request; strings become their enums (``mode="train"``).
 
-        A bad argument is refused in one line naming its flag (``--batch: must be a positive integer, got 0``).
+        The arguments are :func:`archsim.simulate`'s (the layout's as :meth:`Layout.of` takes them). A bad
+        argument is refused in one line naming its flag (``--batch: must be a positive integer, got 0``).
         """
         for flag, value in (("--batch", batch), ("--seq-len", seq_len)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -225,6 +232,7 @@ class RunRequest:
         explicit = check_name(software)
         trace_options(fusion, recompute, gen_len)
         streaming = choice(StreamingMemory, streaming_memory or StreamingMemory.NONE, "--streaming-memory")
+        layout = Layout.of(nodes, pipeline_stages, microbatches, schedule, collective, bucket_bytes, overlap)
         return cls(
             target=target,
             workload=workload,
@@ -234,7 +242,7 @@ class RunRequest:
             seq_len=seq_len,
             prompt_len=prompt_len,
             gen_len=gen_len,
-            layout=layout or Layout(),
+            layout=layout,
             software=explicit,
             fusion=None if fusion is None else choice(Fusion, fusion, "--fusion"),
             recompute=recompute,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from archsim.collective_run import collective
 from archsim.errors import SpecError
 from archsim.results.records import RunResult
-from archsim.run.request import Layout, RunRequest
+from archsim.run.request import RunRequest
 from archsim.run.runner import BuiltRun, build, replay_built
 from archsim.run.target import Target
 from archsim.spec.chip import Efficiency, Family
@@ -156,7 +156,9 @@ def prepare(row: Row, library: Library) -> Prepared:
         None if generating else row.seq_len,
         prompt_len=row.seq_len if generating else None,
         gen_len=row.gen_len,
-        layout=Layout.of(row.nodes, row.pipeline_stages or 1, row.microbatches),
+        nodes=row.nodes,
+        pipeline_stages=row.pipeline_stages or 1,
+        microbatches=row.microbatches,
         software=row.software,
         fusion=row.fusion,
         recompute=row.recompute,

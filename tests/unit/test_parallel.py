@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from archsim.engine.network import Direction, LaneId
 from archsim.engine.parallel import (
     CommOptions,
     Schedule,
@@ -15,7 +16,7 @@ from archsim.engine.parallel import (
     pipeline_step,
     stage_order,
 )
-from archsim.engine.records import BlockKind
+from archsim.engine.records import BlockKind, LinkSpans, LinkStatistics
 from archsim.engine.replay import replay
 from archsim.models import cost_model_for
 from archsim.models.base import OpCost
@@ -116,3 +117,21 @@ def test_pipeline_sends_activations_and_contends(library: Library) -> None:
     updates = [t for t in outcome.tasks if t.kind is BlockKind.UPDATE]
     assert len(updates) == 4
     assert math.isclose(outcome.end_s, max(t.end_s for t in updates))
+
+
+def test_link_observers_see_every_transfer(v100_resnet: tuple[Trace, list[OpCost], bool]) -> None:
+    trace, costs, separate = v100_resnet
+    placement = place(ring_fabric(8, gbps=2.0), 1)
+    statistics, spans = LinkStatistics(), LinkSpans()
+    watched = data_parallel_step(trace.ops, costs, separate, placement, HIER, 0.0, [statistics, spans])
+    unwatched = data_parallel_step(trace.ops, costs, separate, placement, HIER)
+    assert watched.end_s == unwatched.end_s  # observing changes nothing
+    assert watched.comm.collectives == unwatched.comm.collectives
+    used = [lane for lane in watched.comm.lanes if statistics.busy_s.get(lane, 0.0) > 0]
+    assert used
+    for lane in used:
+        assert sum(s.end_s - s.start_s for s in spans.spans[lane]) == pytest.approx(statistics.busy_s[lane])
+        assert lane.name == f"{lane.tier.name} {lane.id}"
+        assert statistics.bytes[lane] > 0
+    assert {lane.id.direction for lane in used} <= {Direction.PLUS, Direction.MINUS}
+    assert str(LaneId("m0", Direction.PLUS, 1)) == "m0 +1"

@@ -24,7 +24,7 @@ from plotly.offline import get_plotlyjs
 from archsim import plots, simulate
 from archsim.cli import main
 from archsim.results.records import RunResult
-from archsim.run.request import Layout, RunRequest
+from archsim.run.request import RunRequest
 from archsim.run.runner import run as record_run
 from archsim.spec.library import Library
 
@@ -265,7 +265,7 @@ def test_cli_run_report_timeline_has_the_links_lanes(tmp_path: Path, capsys: pyt
     command = ["report", "run", "ipu-m2000", "bert-base", "--mode", "train", "--batch", "8", "--pipeline-stages", "4"]
     assert main([*command, "--out", str(out)]) == 0
     capsys.readouterr()
-    request = RunRequest.of("ipu-m2000", "bert-base", "train", 8, layout=Layout(pipeline_stages=4))
+    request = RunRequest.of("ipu-m2000", "bert-base", "train", 8, pipeline_stages=4)
     recorded = record_run(request, Library(), record=True).timeline
     spans = [(f"link {name}", span.start_s) for name, lane in recorded.links for span in lane]
     assert spans  # IPU-Links carry the pipeline's activations and gradients
