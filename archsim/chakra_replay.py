@@ -27,17 +27,16 @@ from dataclasses import dataclass
 
 import simpy
 
-from archsim.api import resolve_target
 from archsim.collective_run import call_time_s
 from archsim.engine.collectives import Collective
 from archsim.errors import UsageError
 from archsim.models import cost_model_for
+from archsim.run.target import fabric_for, resolve_target
 from archsim.spec.chip import ChipSpec
 from archsim.spec.collective_library import CollectiveLibrarySpec
 from archsim.spec.common import Precision
 from archsim.spec.library import Library
 from archsim.stack import default_software, stack_efficiency
-from archsim.systems import fabric_for
 from archsim.workloads.chakra import ChakraTrace, CommNode
 from archsim.workloads.memory import resident_bytes
 

@@ -22,6 +22,7 @@ from archsim.engine.collectives import resolve_algorithm, simulate_collective
 from archsim.errors import LimitError, UsageError
 from archsim.models.collective_cost import COLLECTIVES, CallPlan, bus_factor, plan_call
 from archsim.models.interconnect import Fabric
+from archsim.run.target import fabric_for
 from archsim.spec.collective_library import CollectiveLibrarySpec
 from archsim.spec.library import Library
 from archsim.spec.system import Algorithm, SystemSpec
@@ -135,8 +136,6 @@ def collective(
     source = entry.source
     spec: SystemSpec = library.system(system)
     lib = library.collective_library(software) if software else library.system_collective_library(spec)
-    from archsim.systems import fabric_for  # systems imports the simulation stack: only when used
-
     fabric = fabric_for(spec, library, nodes, source)
     if fabric.num_chips < 2:
         raise UsageError(system, "SYSTEM", "has 1 chip; a collective needs at least 2")

@@ -32,7 +32,6 @@ from archsim.results.comparison import Comparison
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Precision
 from archsim.spec.library import Library
-from archsim.systems import simulate_system
 
 SOFTWARE_OVERHEADS = ("framework_overhead", "host_overhead", "step_overhead")
 """Efficiency parameters that are the framework's, not the chip's (see :class:`Efficiency`)."""
@@ -96,7 +95,7 @@ def compare(
     """
     library = library or Library()
     runs = [
-        simulate_system(t, workload, mode, batch, precision, seq_len, library, nodes=n).result
+        simulate(t, workload, mode, batch, precision, seq_len, library, nodes=n)
         for t, n in ((a, nodes_a), (b, nodes_b))
     ]
     chips = []

@@ -27,13 +27,13 @@ import math
 from dataclasses import replace
 from typing import Any
 
+from archsim.api import simulate
 from archsim.errors import UsageError
 from archsim.input_pipeline import Decode, stage_rates, with_input
 from archsim.results.records import RunResult
 from archsim.results.training import TimeToTrainRecord
 from archsim.spec.convergence import ConvergenceSpec, Unit
 from archsim.spec.library import Library
-from archsim.systems import simulate_system
 
 CLOCK = "MLPerf: from run_start (after untimed initialization) to the first evaluation at the quality target"
 
@@ -110,7 +110,7 @@ def simulate_training(
 ) -> RunResult:
     """Simulate a step as :func:`archsim.simulate` does, then model its input and its time to train.
 
-    ``options`` are :func:`archsim.systems.simulate_system`'s (``batch``, ``precision``, ``seq_len``,
+    ``options`` are :func:`archsim.simulate`'s (``batch``, ``precision``, ``seq_len``,
     ``nodes``, ``microbatches``, ``fusion``, ``recompute``, ...). ``input_decode`` (``host`` or
     ``device``; None: input not modelled, as with synthetic data) feeds the step from the system's
     input pipeline. ``time_to_train`` (training only) adds ``result.time_to_train`` using the
@@ -121,7 +121,7 @@ def simulate_training(
         raise UsageError(target, "--time-to-train", "needs --mode train")
     if time_to_train:
         library.convergence(workload)  # an unknown workload is refused before the run
-    result = simulate_system(target, workload, mode, library=library, **options).result
+    result = simulate(target, workload, mode, library=library, **options)
     return extend(result, target, workload, library, options, time_to_train, optimizer, input_decode)
 
 
@@ -154,7 +154,7 @@ def extend(
         "microbatches": result.microbatches if pipelined else None,
         "recompute": False,
     }
-    evaluation = simulate_system(target, workload, "infer", library=library, **eval_options).result
+    evaluation = simulate(target, workload, "infer", library=library, **eval_options)
     if decode is not None:
         evaluation = add_input(evaluation, workload, decode, library)
     record = training_time(result, convergence, optimizer, evaluation.throughput)

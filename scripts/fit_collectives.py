@@ -19,9 +19,9 @@ import sys
 
 from archsim.collective_run import call_time_s
 from archsim.models.collective_cost import bus_factor
+from archsim.run.target import fabric_for
 from archsim.spec.collective_library import CollectiveLibrarySpec
 from archsim.spec.library import Library
-from archsim.systems import fabric_for
 
 
 def rows(path: str, system: str) -> list[tuple[int, float]]:

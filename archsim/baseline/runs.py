@@ -30,9 +30,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from archsim.api import simulate
 from archsim.errors import ArchsimError, UsageError
 from archsim.limits import MAX_ARGUMENT
+from archsim.run.request import RunRequest
+from archsim.run.runner import run
 from archsim.spec.common import Fusion, Precision, StreamingMemory
 from archsim.spec.library import Library
 from archsim.spec.model import Architecture
@@ -100,6 +101,21 @@ class RunSpec:
     """True or False, or None for what the software does."""
     streaming_memory: str | None = None
     """What an IPU may keep in streaming memory (``optimizer-state``, ``all``), or None for nothing."""
+
+    def request(self) -> RunRequest:
+        """The run request this run asks for (checked as every request is)."""
+        return RunRequest.of(
+            self.target,
+            self.workload,
+            self.mode,
+            self.batch,
+            self.precision,
+            self.seq_len,
+            software=self.software,
+            fusion=self.fusion,
+            recompute=self.recompute,
+            streaming_memory=self.streaming_memory,
+        )
 
     @property
     def id(self) -> str:
@@ -219,19 +235,7 @@ class RunRecord:
 def record_run(spec: RunSpec, library: Library, keep_errors: bool) -> RunRecord:
     """Simulate ``spec`` and keep its columns; an ArchsimError is kept as the record's error if asked."""
     try:
-        result = simulate(
-            spec.target,
-            spec.workload,
-            mode=spec.mode,
-            batch=spec.batch,
-            precision=spec.precision,
-            seq_len=spec.seq_len,
-            library=library,
-            fusion=spec.fusion,
-            recompute=spec.recompute,
-            software=spec.software,
-            streaming_memory=spec.streaming_memory or StreamingMemory.NONE,
-        )
+        result = run(spec.request(), library).result
     except ArchsimError as err:
         if not keep_errors:
             raise

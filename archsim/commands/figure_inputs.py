@@ -44,30 +44,30 @@ def simulate_run(args: argparse.Namespace) -> tuple[RunResult, Library, Timeline
 
     The timeline is recorded so that the timeline figure shows the links' lanes as the Perfetto export does.
     """
+    from archsim.run.request import RunRequest
+    from archsim.run.runner import run
     from archsim.spec.library import Library
-    from archsim.systems import simulate_system
 
     library = Library(args.lib)
-    run = simulate_system(
+    request = RunRequest.of(
         args.target,
         args.workload,
         args.mode,
         args.batch,
         args.precision,
         args.seq_len,
-        library,
+        prompt_len=args.prompt_len,
+        gen_len=args.gen_len,
         nodes=args.nodes,
         pipeline_stages=args.pipeline_stages,
         microbatches=args.microbatches,
+        software=args.software,
         fusion=args.fusion,
         recompute=args.recompute,
-        software=args.software,
         streaming_memory=args.streaming_memory,
-        prompt_len=args.prompt_len,
-        gen_len=args.gen_len,
-        record=True,
     )
-    return run.result, library, run.timeline
+    output = run(request, library, record=True)
+    return output.result, library, output.timeline
 
 
 def write_output(write: Callable[[Any, str], None], content: Any, out: str) -> None:

@@ -14,7 +14,9 @@ from archsim.cli import positive_int
 from archsim.errors import UnitError
 from archsim.results.records import RunResult
 from archsim.results.timeline import write_timeline
-from archsim.systems import simulate_system
+from archsim.run.request import RunRequest
+from archsim.run.runner import run
+from archsim.spec.library import Library
 from archsim.units import format_bytes, format_time, parse_bytes
 
 
@@ -58,32 +60,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def simulate_args(args: argparse.Namespace) -> RunResult:
     """Run ``archsim run ARGS`` and write its timeline if asked; returns the result to print."""
-    run = simulate_system(
+    request = RunRequest.of(
         args.target,
         args.workload,
-        mode=args.mode,
-        batch=args.batch,
-        precision=args.precision,
-        seq_len=args.seq_len,
+        args.mode,
+        args.batch,
+        args.precision,
+        args.seq_len,
+        prompt_len=args.prompt_len,
+        gen_len=args.gen_len,
         nodes=args.nodes,
         pipeline_stages=args.pipeline_stages,
         microbatches=args.microbatches,
         schedule=args.schedule,
-        collective=None if args.collective == "auto" else args.collective,
+        collective=args.collective,
         bucket_bytes=args.bucket_size,
         overlap=not args.no_overlap,
-        record=args.timeline is not None,
-        search_path=args.lib,
+        software=args.software,
         fusion=args.fusion,
         recompute=args.recompute,
-        software=args.software,
         streaming_memory=args.streaming_memory,
-        prompt_len=args.prompt_len,
-        gen_len=args.gen_len,
     )
+    output = run(request, Library(args.lib), record=args.timeline is not None)
     if args.timeline is not None:
-        write_timeline(run.timeline, args.timeline)
-    return run.result
+        write_timeline(output.timeline, args.timeline)
+    return output.result
 
 
 def scaling_line(result: RunResult) -> str:

@@ -16,9 +16,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from archsim.api import stack_trace_options, trace_options
 from archsim.cli import add_trace_arguments, positive_int
 from archsim.errors import UsageError
+from archsim.run.request import stack_trace_options, trace_options
 from archsim.spec.common import Precision
 from archsim.spec.library import Library
 from archsim.spec.model import Optimizer

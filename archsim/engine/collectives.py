@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 import simpy
 
 from archsim.engine.lanes import DEFAULT_CHUNK_BYTES, MAX_CHUNKS, LaneMap
-from archsim.engine.network import RepNetwork, Route, send
+from archsim.engine.network import Direction, LaneId, RepNetwork, Route, send
 from archsim.engine.plans import (
     Collective,
     Phase,
@@ -57,6 +57,7 @@ from archsim.engine.plans import (
     resolve_algorithm,
     torus_parts,
 )
+from archsim.engine.records import CollectiveRecord, LinkStatistics
 from archsim.engine.trees import TreePorts
 from archsim.errors import LimitError
 from archsim.models.interconnect import Fabric, TierKind
@@ -87,8 +88,8 @@ class CollectiveEngine(LaneMap):
 
     launch_s: float = 0.0
     """Fixed latency of every call (the collective library's launch), before the first byte moves."""
-    records: list[tuple[str, int, float, float, float]] = field(default_factory=list)
-    """(name, stage, bytes, start_s, end_s) of every collective run."""
+    records: list[CollectiveRecord] = field(default_factory=list)
+    """Every collective run, in the order they finished."""
 
     def run(
         self, collective: Collective, algorithm: Algorithm, nbytes: float, stage: int = 0, name: str = ""
@@ -106,7 +107,7 @@ class CollectiveEngine(LaneMap):
         else:
             rotated = [plan(collective, algorithm, self.placement, r) for r in range(parts)]
             yield self.env.all_of([self.env.process(self._phases(p, stage, held / parts, label)) for p in rotated])
-        self.records.append((label, stage, nbytes, start, self.env.now))
+        self.records.append(CollectiveRecord(label, stage, nbytes, start, self.env.now))
 
     def _phases(self, phases: list[Phase], stage: int, held: float, label: str) -> simpy.events.ProcessGenerator:
         """Run ``phases`` one after another, starting with ``held`` bytes per chip."""
@@ -183,7 +184,7 @@ class CollectiveEngine(LaneMap):
                 per_tier.append(
                     self._stride_routes(t, stage)
                     if tier.kind is TierKind.RING
-                    else [self.net.route(t, [f"chip{stage} out{i}"]) for i in range(tier.lanes)]
+                    else [self.net.route(t, [LaneId(f"chip{stage}", Direction.OUT, i)]) for i in range(tier.lanes)]
                 )
                 continue
             member = groups.member_of(stage)
@@ -191,7 +192,7 @@ class CollectiveEngine(LaneMap):
             offset = stage * lanes if len(groups.member_stages) == 1 else 0
             per_tier.append(
                 [
-                    self.net.route(t, [f"m{member} {self.lane_name(tier.kind, tier.lanes, (offset + i) % lanes)}"])
+                    self.net.route(t, [self.lane_id(f"m{member}", tier.kind, tier.lanes, (offset + i) % lanes)])
                     for i in range(lanes)
                 ]
             )
@@ -394,7 +395,8 @@ def simulate_collective(
     before the first byte moves (a collective library's launch latency).
     """
     env = simpy.Environment()
-    net = RepNetwork(env, fabric)
+    statistics = LinkStatistics()
+    net = RepNetwork(env, fabric, [statistics])
     placement = place(fabric, stages)
     engine = CollectiveEngine(net, placement, chunk_bytes, launch_s=launch_s)
     chosen = resolve_algorithm(algorithm, fabric)
@@ -403,5 +405,6 @@ def simulate_collective(
     for stage in range(stages):
         env.process(engine.run(kind, chosen, nbytes, stage))
     env.run()
-    lanes = tuple((lane.name, lane.bytes, lane.busy_s) for lane in net.lanes)
+    used = statistics.bytes, statistics.busy_s
+    lanes = tuple((lane.name, used[0].get(lane, 0.0), used[1].get(lane, 0.0)) for lane in net.lanes)
     return CollectiveOutcome(env.now, lanes)

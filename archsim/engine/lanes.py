@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import simpy
 
-from archsim.engine.network import RepNetwork, Route, send
+from archsim.engine.network import Direction, LaneId, RepNetwork, Route, send
 from archsim.models.interconnect import TierKind
 from archsim.models.placement import Placement
 
@@ -45,11 +45,13 @@ class LaneMap:
         return max(1, min(self.max_chunks, math.ceil(nbytes / self.chunk_bytes)))
 
     @staticmethod
-    def lane_name(kind: TierKind, lanes: int, index: int) -> str:
-        """Name of lane ``index`` of a member: ``outI`` of a port pool, ``+I``/``-I`` of a ring."""
+    def lane_id(member: str, kind: TierKind, lanes: int, index: int) -> LaneId:
+        """Lane ``index`` of ``member``: ``outI`` of a port pool, ``+I`` then ``-I`` of a ring of ``lanes`` a way."""
         if kind is TierKind.POOLED:
-            return f"out{index}"
-        return f"+{index}" if index < lanes else f"-{index - lanes}"
+            return LaneId(member, Direction.OUT, index)
+        if index < lanes:
+            return LaneId(member, Direction.PLUS, index)
+        return LaneId(member, Direction.MINUS, index - lanes)
 
     def _ports(self, tier_index: int, stage: int, collapsed: frozenset[int]) -> list[tuple[str, list[int], int]]:
         """The chips of ``stage`` that represent the member at a tier, each with the lanes simulated for it.
@@ -96,7 +98,7 @@ class LaneMap:
             return [(routes, len(routes))]
         return [
             (
-                [self.net.route(tier_index, [f"{member} {self.lane_name(tier.kind, tier.lanes, i)}"]) for i in indices],
+                [self.net.route(tier_index, [self.lane_id(member, tier.kind, tier.lanes, i)]) for i in indices],
                 split,
             )
             for member, indices, split in self._ports(tier_index, stage, collapsed)
@@ -112,9 +114,10 @@ class LaneMap:
         tier, stages = groups.tier, groups.stride
         routes = []
         for i in range(tier.lanes):
-            for sign, direction in ((1, "+"), (-1, "-")):
+            for sign, direction in ((1, Direction.PLUS), (-1, Direction.MINUS)):
                 chips = [(stage + sign * k) % stages for k in range(stages)]
-                routes.append(self.net.route(tier_index, [f"chip{c} {direction}{i}" for c in chips], hops=stages))
+                ids = [LaneId(f"chip{c}", direction, i) for c in chips]
+                routes.append(self.net.route(tier_index, ids, hops=stages))
         return routes
 
     def stream(self, route: Route, nbytes: float, label: str, hops: int = 1) -> simpy.events.ProcessGenerator:

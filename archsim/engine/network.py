@@ -10,47 +10,73 @@ transfers can deadlock.
 
 :class:`RepNetwork` creates lanes on demand, keyed by where they are in the *representative* members
 the engine simulates (:mod:`archsim.models.placement`). Every lane of a real system is identical to
-one of them by symmetry and carries the same traffic at the same time.
+one of them by symmetry and carries the same traffic at the same time. A lane is named by a
+:class:`LaneId` (its member or chip, its :class:`Direction`, its index).
+
+What the lanes carry is reported to the network's observers (:class:`LinkObserver`): link statistics
+and timelines attach from outside (:mod:`archsim.engine.records`), the engine keeps no record itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import simpy
 
 from archsim.models.interconnect import Fabric, Tier
 
 
-@dataclass(frozen=True, slots=True)
-class Span:
-    """One busy interval of a lane (for timelines), in seconds of simulated time."""
+class Direction(enum.StrEnum):
+    """Which way a lane carries traffic: around a ring (``+``, ``-``) or through a switch port (``out``, ``in``)."""
 
-    start_s: float
-    end_s: float
-    label: str
+    PLUS = "+"
+    MINUS = "-"
+    OUT = "out"
+    IN = "in"
+
+
+@dataclass(frozen=True, slots=True)
+class LaneId:
+    """Where a lane is within its tier: the member (or chip, or tree node) it leaves, its direction, its index."""
+
+    member: str
+    """``m0`` (a member of a tier), ``chip1`` (a stage's chip on a pipeline tier), ``m0 n3`` (a tree node)."""
+    direction: Direction
+    index: int
+
+    def __str__(self) -> str:
+        return f"{self.member} {self.direction.value}{self.index}"
+
+
+class LinkObserver(Protocol):
+    """Something told of every transfer a lane carries (statistics, a timeline)."""
+
+    def transfer(self, lane: Lane, start_s: float, end_s: float, nbytes: float, label: str) -> None:
+        """``lane`` carried ``nbytes`` of the transfer ``label`` from ``start_s`` to ``end_s``."""
 
 
 @dataclass(eq=False)
 class Lane:
-    """One link in one direction: a capacity-1 resource with bandwidth, latency and statistics."""
+    """One link in one direction: a capacity-1 resource with bandwidth and latency."""
 
     env: simpy.Environment
     index: int
     """Global acquisition order."""
     tier: Tier
-    name: str
-    record: bool
+    id: LaneId
+    observers: tuple[LinkObserver, ...] = ()
     resource: simpy.Resource = field(init=False)
-    busy_s: float = 0.0
-    """Seconds the lane spent transferring."""
-    bytes: float = 0.0
-    """Bytes it carried."""
-    spans: list[Span] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.resource = simpy.Resource(self.env, capacity=1)
+
+    @property
+    def name(self) -> str:
+        """``TIER MEMBER DIRECTIONINDEX``, e.g. ``nvlink m0 +1`` (timeline lanes are named by it)."""
+        return f"{self.tier.name} {self.id}"
 
     @property
     def bytes_per_s(self) -> float:
@@ -98,37 +124,34 @@ def send(env: simpy.Environment, route: Route, nbytes: float, label: str) -> sim
     end = env.now
     for lane, request in zip(route.lanes, requests, strict=True):
         lane.resource.release(request)
-        lane.busy_s += end - start
-        lane.bytes += nbytes
-        if lane.record and end > start:
-            lane.spans.append(Span(start, end, label))
+        for observer in lane.observers:
+            observer.transfer(lane, start, end, nbytes, label)
 
 
 class RepNetwork:
     """The lanes of the representative members of a fabric, created on first use."""
 
-    def __init__(self, env: simpy.Environment, fabric: Fabric, record: bool = False) -> None:
+    def __init__(self, env: simpy.Environment, fabric: Fabric, observers: Sequence[LinkObserver] = ()) -> None:
         self.env = env
         self.fabric = fabric
-        self.record = record
-        self._lanes: dict[Hashable, Lane] = {}
+        self.observers = tuple(observers)
+        self._lanes: dict[tuple[int, LaneId], Lane] = {}
 
     @property
     def lanes(self) -> list[Lane]:
         """Every lane created so far, in creation order."""
         return list(self._lanes.values())
 
-    def lane(self, tier_index: int, name: str) -> Lane:
-        """The lane called ``name`` at ``tier_index`` (created on first use)."""
-        key = (tier_index, name)
+    def lane(self, tier_index: int, lane_id: LaneId) -> Lane:
+        """The lane ``lane_id`` at ``tier_index`` (created on first use)."""
+        key = (tier_index, lane_id)
         lane = self._lanes.get(key)
         if lane is None:
-            tier = self.fabric.tiers[tier_index]
-            lane = Lane(self.env, len(self._lanes), tier, f"{tier.name} {name}", self.record)
+            lane = Lane(self.env, len(self._lanes), self.fabric.tiers[tier_index], lane_id, self.observers)
             self._lanes[key] = lane
         return lane
 
-    def route(self, tier_index: int, names: list[str], hops: int = 1) -> Route:
-        """A route over the named lanes of one tier, in acquisition order."""
-        lanes = sorted((self.lane(tier_index, n) for n in names), key=lambda lane: lane.index)
+    def route(self, tier_index: int, ids: Sequence[LaneId], hops: int = 1) -> Route:
+        """A route over the given lanes of one tier, in acquisition order."""
+        lanes = sorted((self.lane(tier_index, i) for i in ids), key=lambda lane: lane.index)
         return Route(tuple(lanes), hops)

@@ -19,7 +19,8 @@ data-parallel group (buckets again, overlapped with that last backward), then up
 
 Everything that moves between chips is a transfer on the representative network
 (:mod:`archsim.engine.network`), so activations, gradients and all-reduces that share a link contend
-for it.
+for it. Link statistics and timelines attach to that network as observers (``observers``,
+:mod:`archsim.engine.records`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from dataclasses import dataclass, field
 import simpy
 
 from archsim.engine.collectives import DEFAULT_CHUNK_BYTES, Collective, CollectiveEngine, check_flat_ring_budget
-from archsim.engine.network import Lane, RepNetwork, Route
+from archsim.engine.network import Direction, Lane, LaneId, LinkObserver, RepNetwork, Route
+from archsim.engine.records import Block, BlockKind, CollectiveRecord
 from archsim.engine.replay import OpTiming, schedule_ops
 from archsim.models.base import OpCost
 from archsim.models.interconnect import TierKind
@@ -97,15 +99,16 @@ def gradient_buckets(ops: Sequence[Op], bucket_bytes: int) -> list[Bucket]:
 class CommLog:
     """What moved between chips: every collective and point-to-point transfer, and the lanes."""
 
-    collectives: list[tuple[str, int, float, float, float]] = field(default_factory=list)
-    """(name, stage, bytes, start_s, end_s) of each collective."""
-    transfers: list[tuple[str, int, float, float, float]] = field(default_factory=list)
-    """(name, stage, bytes, start_s, end_s) of each pipeline send."""
+    collectives: list[CollectiveRecord] = field(default_factory=list)
+    """Each collective, in the order they finished."""
+    transfers: list[CollectiveRecord] = field(default_factory=list)
+    """Each pipeline send, in the order they arrived."""
     lanes: list[Lane] = field(default_factory=list)
+    """Every lane the step's traffic could use, in creation order."""
 
     def busy_s(self) -> float:
         """Seconds during which any collective or transfer was in flight (union of intervals)."""
-        spans = sorted((s, e) for *_, s, e in (*self.collectives, *self.transfers))
+        spans = sorted((c.start_s, c.end_s) for c in (*self.collectives, *self.transfers))
         total, cursor = 0.0, float("-inf")
         for start, end in spans:
             if end > cursor:
@@ -130,11 +133,14 @@ def data_parallel_step(
     placement: Placement,
     options: CommOptions,
     issue_overhead_s: float = 0.0,
-    record: bool = False,
+    observers: Sequence[LinkObserver] = (),
 ) -> DataParallelOutcome:
-    """One data-parallel step: the chip's ops, and its gradient all-reduces overlapping them."""
+    """One data-parallel step: the chip's ops, and its gradient all-reduces overlapping them.
+
+    ``observers`` are told of every transfer on a link (statistics, a timeline).
+    """
     env = simpy.Environment()
-    net = RepNetwork(env, placement.fabric, record)
+    net = RepNetwork(env, placement.fabric, observers)
     engine = CollectiveEngine(net, placement, options.chunk_bytes, launch_s=options.launch_s)
     buckets = gradient_buckets(ops, options.bucket_bytes) if placement.data_parallel > 1 else []
     comm_done = env.event()
@@ -177,26 +183,29 @@ class StageWork:
 class PipelineOutcome:
     """Every block's timing, the step's end, and its communication."""
 
-    tasks: list[tuple[int, str, int, float, float]]
-    """(stage, ``F``/``B``/``U``, microbatch, start_s, end_s)."""
+    tasks: list[Block]
+    """Every block each stage ran, in the order they ended."""
     end_s: float
     pipeline_end_s: float
     """End of the last forward or backward block (the pipeline flush)."""
     comm: CommLog
 
 
-def stage_order(schedule: Schedule, stage: int, stages: int, microbatches: int, train: bool) -> list[tuple[str, int]]:
-    """The blocks stage ``stage`` runs, in order: (``F`` or ``B``, microbatch)."""
+def stage_order(
+    schedule: Schedule, stage: int, stages: int, microbatches: int, train: bool
+) -> list[tuple[BlockKind, int]]:
+    """The blocks stage ``stage`` runs, in order: (forward or backward, microbatch)."""
     m = microbatches
+    forward, backward = BlockKind.FORWARD, BlockKind.BACKWARD
     if not train:
-        return [("F", i) for i in range(m)]
+        return [(forward, i) for i in range(m)]
     if schedule is Schedule.GPIPE:
-        return [("F", i) for i in range(m)] + [("B", i) for i in reversed(range(m))]
+        return [(forward, i) for i in range(m)] + [(backward, i) for i in reversed(range(m))]
     warmup = min(stages - stage - 1, m)
-    order = [("F", i) for i in range(warmup)]
+    order = [(forward, i) for i in range(warmup)]
     for i in range(m - warmup):
-        order += [("F", warmup + i), ("B", i)]
-    return order + [("B", i) for i in range(m - warmup, m)]
+        order += [(forward, warmup + i), (backward, i)]
+    return order + [(backward, i) for i in range(m - warmup, m)]
 
 
 def pipeline_step(
@@ -206,16 +215,19 @@ def pipeline_step(
     microbatches: int,
     train: bool,
     options: CommOptions,
-    record: bool = False,
+    observers: Sequence[LinkObserver] = (),
     communicate: bool = True,
 ) -> PipelineOutcome:
-    """One pipelined step of every stage; ``communicate=False`` makes every transfer free (a baseline)."""
+    """One pipelined step of every stage; ``communicate=False`` makes every transfer free (a baseline).
+
+    ``observers`` are told of every transfer on a link (statistics, a timeline).
+    """
     env = simpy.Environment()
-    net = RepNetwork(env, placement.fabric, record)
+    net = RepNetwork(env, placement.fabric, observers)
     engine = CollectiveEngine(net, placement, options.chunk_bytes, launch_s=options.launch_s)
     stages, m = len(work), microbatches
     comm = CommLog(engine.records, [], [])
-    tasks: list[tuple[int, str, int, float, float]] = []
+    tasks: list[Block] = []
     activations = [[env.event() for _ in range(m)] for _ in range(stages)]
     gradients = [[env.event() for _ in range(m)] for _ in range(stages)]
     last_backward = [env.event() for _ in range(stages)]
@@ -224,11 +236,9 @@ def pipeline_step(
 
     def routes(sender: int, forward: bool) -> list[Route]:
         tier = placement.tiers[0].tier
-        if tier.kind is TierKind.POOLED:
-            names = [f"chip{sender} out{i}" for i in range(tier.lanes)]
-        else:
-            names = [f"chip{sender} {'+' if forward else '-'}{i}" for i in range(tier.lanes)]
-        return [net.route(0, [name]) for name in names]
+        ring = Direction.PLUS if forward else Direction.MINUS
+        direction = Direction.OUT if tier.kind is TierKind.POOLED else ring
+        return [net.route(0, [LaneId(f"chip{sender}", direction, i)]) for i in range(tier.lanes)]
 
     def send(sender: int, receiver: int, mb: int, arrived: simpy.Event, what: str) -> simpy.events.ProcessGenerator:
         nbytes = work[min(sender, receiver)].send_bytes
@@ -237,14 +247,14 @@ def pipeline_step(
             label = f"{what} mb{mb} s{sender}->s{receiver}"
             paths = routes(sender, receiver > sender)
             yield env.all_of([env.process(engine.stream(r, nbytes / len(paths), label)) for r in paths])
-            comm.transfers.append((label, sender, nbytes, start, env.now))
+            comm.transfers.append(CollectiveRecord(label, sender, nbytes, start, env.now))
         arrived.succeed()
 
     def run_stage(s: int) -> simpy.events.ProcessGenerator:
         order = stage_order(schedule, s, stages, m, train)
-        final_backward = max((k for k, (kind, _) in enumerate(order) if kind == "B"), default=-1)
+        final_backward = max((k for k, (kind, _) in enumerate(order) if kind is BlockKind.BACKWARD), default=-1)
         for k, (kind, mb) in enumerate(order):
-            if kind == "F":
+            if kind is BlockKind.FORWARD:
                 if s > 0:
                     yield activations[s][mb]
                 start = env.now
@@ -260,7 +270,7 @@ def pipeline_step(
                 yield env.timeout(work[s].backward_s)
                 if s > 0:
                     env.process(send(s, s - 1, mb, gradients[s - 1][mb], "grad"))
-            tasks.append((s, kind, mb, start, env.now))
+            tasks.append(Block(s, kind, mb, start, env.now))
         blocks_done[s].succeed()
 
     def reduce_stage(s: int) -> simpy.events.ProcessGenerator:
@@ -281,7 +291,7 @@ def pipeline_step(
         if train and work[s].update_s > 0:
             start = env.now
             yield env.timeout(work[s].update_s)
-            tasks.append((s, "U", 0, start, env.now))
+            tasks.append(Block(s, BlockKind.UPDATE, 0, start, env.now))
 
     if train and communicate and placement.data_parallel > 1:
         hops = sum(
@@ -296,5 +306,5 @@ def pipeline_step(
         env.process(update_stage(s))
     env.run()
     comm.lanes = net.lanes
-    flush = max((end for _, kind, _, _, end in tasks if kind != "U"), default=0.0)
+    flush = max((t.end_s for t in tasks if t.kind is not BlockKind.UPDATE), default=0.0)
     return PipelineOutcome(tasks, env.now, flush, comm)

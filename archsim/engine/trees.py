@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import simpy
 
-from archsim.engine.network import Route, send
+from archsim.engine.network import Direction, LaneId, Route, send
 
 if TYPE_CHECKING:
     from archsim.engine.collectives import CollectiveEngine
@@ -29,14 +29,14 @@ class TreePorts:
     port: int
     label: str
 
-    def lane(self, node: str, direction: str) -> str:
-        """Lane name of ``node``'s port in ``direction`` (``out`` or ``in``); n0's egress is the member's."""
+    def lane(self, node: str, direction: Direction) -> LaneId:
+        """The lane of ``node``'s port in ``direction`` (``out`` or ``in``); n0's egress is the member's."""
         if node == "n0":
-            return f"{self.member} {direction}{self.port}"
-        return f"{self.member} {node} {direction}{self.port}"
+            return LaneId(self.member, direction, self.port)
+        return LaneId(f"{self.member} {node}", direction, self.port)
 
-    def route(self, *lanes: str) -> Route:
-        """A route holding the named lanes."""
+    def route(self, *lanes: LaneId) -> Route:
+        """A route holding the given lanes."""
         return self.engine.net.route(self.tier_index, list(lanes))
 
     def reduce(self, depth: int, nbytes: float) -> simpy.events.ProcessGenerator:
@@ -56,7 +56,7 @@ class TreePorts:
             return callback
 
         def child(d: int, node: str) -> simpy.events.ProcessGenerator:
-            route = self.route(self.lane(node, "out"), self.lane(f"n{d - 1}", "in"))
+            route = self.route(self.lane(node, Direction.OUT), self.lane(f"n{d - 1}", Direction.IN))
             for c in range(chunks):
                 if d < depth:
                     yield arrived[d][c]
@@ -68,7 +68,7 @@ class TreePorts:
             processes += [env.process(child(d, f"n{d}")), env.process(child(d, f"s{d}"))]
         for node in ["n0", *(f"{x}{d}" for d in range(1, depth + 1) for x in "ns")]:
             # the second tree's half goes up through the same ports (this node is a leaf there)
-            processes.append(env.process(engine.stream(self.route(self.lane(node, "out")), nbytes, self.label)))
+            processes.append(env.process(engine.stream(self.route(self.lane(node, Direction.OUT)), nbytes, self.label)))
         yield env.all_of(processes + arrived[0])
 
     def broadcast(self, depth: int, nbytes: float) -> simpy.events.ProcessGenerator:
@@ -86,7 +86,7 @@ class TreePorts:
             return callback
 
         def parent(d: int, child_node: str, on_path: bool) -> simpy.events.ProcessGenerator:
-            route = self.route(self.lane(f"n{d}", "out"), self.lane(child_node, "in"))
+            route = self.route(self.lane(f"n{d}", Direction.OUT), self.lane(child_node, Direction.IN))
             for c in range(chunks):
                 if d > 0:
                     yield received[d][c]

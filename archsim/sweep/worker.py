@@ -12,10 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from archsim.api import simulate
 from archsim.errors import ArchsimError, UsageError
 from archsim.models.energy import onchip_memory_bytes
 from archsim.results.records import RunResult
+from archsim.run.request import RunRequest
+from archsim.run.runner import run
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Precision
 from archsim.spec.library import Library
@@ -147,12 +148,12 @@ def base_row(task: Task) -> dict[str, Any]:
 
 
 def _simulate(target: str, workload: str, library: Library, arguments: dict[str, Any]) -> RunResult:
-    """One run: :func:`archsim.simulate`, or :func:`archsim.simulate_training` with the training settings."""
+    """One run: a request of ``arguments`` (:func:`archsim.simulate`'s), or :func:`archsim.simulate_training`."""
     training = {name: arguments.pop(name) for name in ("time_to_train", "optimizer", "input_decode")}
     if not training["time_to_train"] and training["input_decode"] is None:
         if training["optimizer"] is not None:
             raise UsageError(target, "run.optimizer", "only applies with run.time_to_train")
-        return simulate(target, workload, library=library, **arguments)
+        return run(RunRequest.of(target, workload, **arguments), library).result
     return simulate_training(target, workload, library=library, **training, **arguments)
 
 

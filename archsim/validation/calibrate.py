@@ -122,7 +122,7 @@ def fit_family(
     spec: ValidationSpec = library.validation(table)
     every = [prepare(row, library) for row in spec.rows]
     # busbw rows time a collective library's call, which no family parameter changes
-    rows = [p for p in every if p.family == family and p.trace is not None]
+    rows = [p for p in every if p.family == family and p.built is not None]
     if not rows:
         raise ValueError(f"{table} has no rows for family {family}")
     names = tuple(parameters) if parameters else required(family)

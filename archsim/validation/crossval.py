@@ -85,7 +85,7 @@ def held_out_errors(
     from scipy.optimize import minimize  # imported here: only calibration needs scipy
 
     spec: ValidationSpec = library.validation(table)
-    rows = [p for p in (prepare(r, library) for r in spec.rows) if p.family == plan.family and p.trace is not None]
+    rows = [p for p in (prepare(r, library) for r in spec.rows) if p.family == plan.family and p.built is not None]
     if plan.count > len(rows):
         raise ValueError(f"{len(rows)} {plan.family} rows cannot determine {plan.count} parameters")
     start, decode = _joint(library, plan)

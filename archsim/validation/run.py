@@ -9,41 +9,29 @@ overall.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from archsim.api import Target, resolve_target, run_trace
 from archsim.collective_run import collective
 from archsim.errors import SpecError
 from archsim.results.records import RunResult
+from archsim.run.request import RunRequest
+from archsim.run.runner import BuiltRun, build, replay_built
+from archsim.run.target import Target
 from archsim.spec.chip import Efficiency
-from archsim.spec.common import Precision, StreamingMemory
 from archsim.spec.library import Library
 from archsim.spec.software import SoftwareSpec
-from archsim.spec.system import SystemSpec
 from archsim.spec.validation import Group, Level, Metric, Row, ValidationSpec
-from archsim.stack import default_software, is_kernel, planned_software, stack_options
-from archsim.systems import ParallelOptions, replay_system, system_trace
-from archsim.workloads import build_trace
-from archsim.workloads.trace import Mode, Trace
+from archsim.stack import default_software, is_kernel
 
 
 @dataclass(frozen=True)
 class Prepared:
-    """A row with its resolved target and built trace (one chip's, for a system)."""
+    """A row with its resolved target and, unless it times one collective call, its built run."""
 
     row: Row
     target: Target
-    trace: Trace | None
-    """The trace one chip replays (None for a ``busbw`` row, which times one collective call)."""
-    system: SystemSpec | None = None
-    """The multi-chip system the row runs on, or None for one chip."""
-    source: str = ""
-    microbatches: int | None = None
-    """Microbatches per step of a system row (None: data parallel, one batch per step)."""
-    software: SoftwareSpec | None = None
-    """The stack the row names (None: the chip's default for its trace)."""
-    parallel: ParallelOptions | None = None
-    """A system row's options (nodes, pipeline stages, streaming memory) as its run gives them."""
+    built: BuiltRun | None
+    """The row's run as the runner builds it (None for a ``busbw`` row, which times one collective call)."""
 
     @property
     def family(self) -> str:
@@ -142,43 +130,42 @@ class ValidationReport:
 
 
 def prepare(row: Row, library: Library) -> Prepared:
-    """Resolve a row's target and build its trace (done once per row)."""
+    """Resolve a row's target and build its run (done once per row)."""
     entry = library.find(["chip", "system"], row.target)
     system = library.system(row.target) if entry.kind == "system" else None
-    chip = library.chip(system.chip) if system is not None else library.chip(row.target)
     if row.mode is None:  # a busbw row: one collective call, no trace
         if system is None:
             raise SpecError(row.id, "target", "a busbw row needs a multi-chip system as the target")
-        return Prepared(row, Target(name=system.name, chip=chip), None, system, entry.source)
-    mode, precision = Mode(row.mode), Precision(row.precision)
-    stack = planned_software(library, chip, row.software, row.workload)
-    options = stack_options(stack, mode, precision, row.fusion, row.recompute, row.gen_len)
-    named = stack if row.software is not None else None
-    if system is not None:
-        source = entry.source
-        parallel = ParallelOptions(
-            nodes=row.nodes or 1,
-            pipeline_stages=row.pipeline_stages or 1,
-            microbatches=row.microbatches,
-            trace=options,
-            streaming=row.streaming_memory or StreamingMemory.NONE,
-            software=named,
-        )
-        trace, microbatches = system_trace(
-            system, source, row.workload, mode, row.batch, precision, row.seq_len, library, parallel
-        )
-        target = Target(name=system.name, chip=chip)
-        return Prepared(row, target, trace, system, source, microbatches, named, parallel)
-    for field, value in (
-        ("microbatches", row.microbatches),
-        ("nodes", row.nodes),
-        ("pipeline_stages", row.pipeline_stages),
-    ):
-        if value is not None:
-            raise SpecError(row.id, field, "needs a multi-chip system as the target")
-    target = resolve_target(row.target, library)
-    trace = build_trace(row.workload, library, mode, row.batch, precision, row.seq_len, options)
-    return Prepared(row, target, trace, software=named)
+        target = Target(system.name, library.chip(system.chip), system=system, source=entry.source)
+        return Prepared(row, target, None)
+    if system is None:
+        for field, value in (
+            ("microbatches", row.microbatches),
+            ("nodes", row.nodes),
+            ("pipeline_stages", row.pipeline_stages),
+        ):
+            if value is not None:
+                raise SpecError(row.id, field, "needs a multi-chip system as the target")
+    generating = row.mode in ("prefill", "decode")
+    request = RunRequest.of(
+        row.target,
+        row.workload,
+        row.mode,
+        row.batch,
+        row.precision,
+        None if generating else row.seq_len,
+        prompt_len=row.seq_len if generating else None,
+        gen_len=row.gen_len,
+        nodes=row.nodes,
+        pipeline_stages=row.pipeline_stages or 1,
+        microbatches=row.microbatches,
+        software=row.software,
+        fusion=row.fusion,
+        recompute=row.recompute,
+        streaming_memory=row.streaming_memory,
+    )
+    built = build(request, library)
+    return Prepared(row, built.target, built)
 
 
 def measure(row: Row, result: RunResult) -> float:
@@ -202,11 +189,11 @@ def software_of(prepared: Prepared, library: Library) -> SoftwareSpec | None:
 
     None for a ``busbw`` row, which runs a collective library, not a stack (see :func:`software_name`).
     """
-    if prepared.software is not None:
-        return prepared.software
-    if prepared.trace is None:
+    if prepared.built is None:
         return None
-    return default_software(library, prepared.target.chip, is_kernel(prepared.trace))
+    if prepared.built.software is not None:
+        return prepared.built.software
+    return default_software(library, prepared.target.chip, is_kernel(prepared.built.trace))
 
 
 def software_name(prepared: Prepared, library: Library) -> str:
@@ -216,8 +203,8 @@ def software_name(prepared: Prepared, library: Library) -> str:
         return stack.name
     if prepared.row.software is not None:
         return library.collective_library(prepared.row.software).name
-    assert prepared.system is not None  # a busbw row runs on a system
-    found = library.system_collective_library(prepared.system)
+    assert prepared.target.system is not None  # a busbw row runs on a system
+    found = library.system_collective_library(prepared.target.system)
     return found.name if found is not None else "links"
 
 
@@ -233,18 +220,11 @@ def predict(
     """
     efficiency = None if efficiencies is None else efficiencies.get(prepared.family)
     software = software_of(prepared, library)
-    if software is None or prepared.trace is None:
+    if software is None or prepared.built is None:
         return _busbw(prepared, library)
     software = stacks.get(software.name, software) if stacks is not None else software
-    if prepared.system is not None:
-        options = replace(prepared.parallel or ParallelOptions(), software=software)
-        run = replay_system(
-            prepared.system, prepared.source, prepared.trace, prepared.microbatches, library, options, False, efficiency
-        )
-        return measure(prepared.row, run.result)
-    streaming = prepared.row.streaming_memory or StreamingMemory.NONE
-    result = run_trace(prepared.target, prepared.trace, library, efficiency, software, streaming=streaming)
-    return measure(prepared.row, result)
+    run = replay_built(prepared.built, library, family_efficiency=efficiency, software=software)
+    return measure(prepared.row, run.result)
 
 
 def _busbw(prepared: Prepared, library: Library) -> float:

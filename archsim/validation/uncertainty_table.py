@@ -38,15 +38,16 @@ def coverage(library: Library, table: str) -> dict[str, dict[str, object]]:
         entry = found.setdefault(family, {"chips": set(), "software": set(), "max_chips": 1})
         entry["chips"].add(prepared.target.chip.name)  # type: ignore[attr-defined]
         entry["software"].add(software_name(prepared, library))  # type: ignore[attr-defined]
-        chips = prepared.system.num_chips * (row.nodes or 1) if prepared.system is not None else 1
+        system = prepared.target.system
+        chips = system.num_chips * (row.nodes or 1) if system is not None else 1
         entry["max_chips"] = max(int(entry["max_chips"]), chips)  # type: ignore[call-overload]
-        if prepared.trace is None:
+        if prepared.built is None:
             continue
         shapes = workloads.setdefault(family, {}).setdefault(
             workload_key(row.workload), {"batch": set(), "seq_len": set()}
         )
         if not row.workload.startswith(("gemm:", "conv:")):
-            shapes["batch"].add(row.batch if row.batch is not None else prepared.trace.batch)
+            shapes["batch"].add(row.batch if row.batch is not None else prepared.built.trace.batch)
         if row.seq_len is not None:
             shapes["seq_len"].add(row.seq_len)
     out: dict[str, dict[str, object]] = {}

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from archsim.collective_run import call_time_s
 from archsim.engine.collectives import simulate_collective
 from archsim.models.collective_cost import COLLECTIVES, bus_factor
+from archsim.run.target import fabric_for
 from archsim.spec.library import Library
-from archsim.systems import fabric_for
 
 SYSTEMS = ["dgx1", "dgx-a100", "dgx-h100", "ipu-pod16", "atlas-800", "tpu-v3-8", "tpu-v4-pod:4x4x4", "tpu-v4-pod:2x2x4"]
 

@@ -17,9 +17,9 @@ from archsim import simulate
 from archsim.errors import ArchsimError, CapacityError, LimitError, UsageError
 from archsim.models.placement import place
 from archsim.results.records import RunResult
+from archsim.run.target import fabric_for
 from archsim.spec.common import Precision, StreamingMemory
 from archsim.spec.library import Library
-from archsim.systems import fabric_for
 
 LIBRARY = Library(use_env=False)
 CHIPS = [e.name for e in LIBRARY.entries("chip")]

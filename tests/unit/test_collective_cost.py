@@ -17,10 +17,10 @@ from archsim.models.collective_cost import (
     plan_call,
 )
 from archsim.models.interconnect import Fabric
+from archsim.run.target import fabric_for
 from archsim.spec.collective_library import CollectiveLibrarySpec
 from archsim.spec.library import Library
 from archsim.spec.system import Algorithm
-from archsim.systems import fabric_for
 
 GIB = 2**30
 MIB = 2**20

@@ -10,9 +10,9 @@ from archsim.engine.collectives import Collective, CollectiveEngine, plan, resol
 from archsim.errors import UsageError
 from archsim.models.interconnect import Fabric, Tier, TierKind, ring_allreduce_closed_form_s
 from archsim.models.placement import place
+from archsim.run.target import fabric_for
 from archsim.spec.library import Library
 from archsim.spec.system import Algorithm
-from archsim.systems import fabric_for
 from tests.reference_network import full_allreduce_time
 
 

@@ -12,9 +12,9 @@ from archsim.models.interconnect import (
     ring_allreduce_lower_bound_s,
 )
 from archsim.models.placement import place
+from archsim.run.target import fabric_for
 from archsim.spec.common import Precision
 from archsim.spec.library import Library
-from archsim.systems import fabric_for
 from archsim.workloads import build_trace
 from archsim.workloads.pipeline import split_stages, stage_memory_bytes, sub_trace
 from archsim.workloads.trace import Mode, Phase

@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from archsim.engine.network import Direction, LaneId
 from archsim.engine.parallel import (
     CommOptions,
     Schedule,
@@ -15,6 +16,7 @@ from archsim.engine.parallel import (
     pipeline_step,
     stage_order,
 )
+from archsim.engine.records import BlockKind, LinkSpans, LinkStatistics
 from archsim.engine.replay import replay
 from archsim.models import cost_model_for
 from archsim.models.base import OpCost
@@ -108,10 +110,28 @@ def test_pipeline_sends_activations_and_contends(library: Library) -> None:
     outcome = pipeline_step(work, placement, Schedule.ONE_F_ONE_B, 8, True, HIER)
     free = pipeline_step(work, placement, Schedule.ONE_F_ONE_B, 8, True, HIER, communicate=False)
     assert outcome.end_s > free.end_s
-    sends = [t for t in outcome.comm.transfers if t[0].startswith("act")]
+    sends = [t for t in outcome.comm.transfers if t.name.startswith("act")]
     assert len(sends) == 3 * 8
-    assert all(end - start >= 8 * 2**20 / 25e9 for *_, start, end in sends)
+    assert all(t.end_s - t.start_s >= 8 * 2**20 / 25e9 for t in sends)
     assert len(outcome.comm.collectives) == 4  # one bucket per stage, data-parallel width 2
-    updates = [t for t in outcome.tasks if t[1] == "U"]
+    updates = [t for t in outcome.tasks if t.kind is BlockKind.UPDATE]
     assert len(updates) == 4
-    assert math.isclose(outcome.end_s, max(end for *_, end in updates))
+    assert math.isclose(outcome.end_s, max(t.end_s for t in updates))
+
+
+def test_link_observers_see_every_transfer(v100_resnet: tuple[Trace, list[OpCost], bool]) -> None:
+    trace, costs, separate = v100_resnet
+    placement = place(ring_fabric(8, gbps=2.0), 1)
+    statistics, spans = LinkStatistics(), LinkSpans()
+    watched = data_parallel_step(trace.ops, costs, separate, placement, HIER, 0.0, [statistics, spans])
+    unwatched = data_parallel_step(trace.ops, costs, separate, placement, HIER)
+    assert watched.end_s == unwatched.end_s  # observing changes nothing
+    assert watched.comm.collectives == unwatched.comm.collectives
+    used = [lane for lane in watched.comm.lanes if statistics.busy_s.get(lane, 0.0) > 0]
+    assert used
+    for lane in used:
+        assert sum(s.end_s - s.start_s for s in spans.spans[lane]) == pytest.approx(statistics.busy_s[lane])
+        assert lane.name == f"{lane.tier.name} {lane.id}"
+        assert statistics.bytes[lane] > 0
+    assert {lane.id.direction for lane in used} <= {Direction.PLUS, Direction.MINUS}
+    assert str(LaneId("m0", Direction.PLUS, 1)) == "m0 +1"

@@ -13,8 +13,9 @@ from archsim import plots, simulate
 from archsim.cli import main
 from archsim.errors import UsageError
 from archsim.results.records import RunResult
+from archsim.run.request import RunRequest
+from archsim.run.runner import run as record_run
 from archsim.spec.library import Library
-from archsim.systems import simulate_system
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +85,7 @@ def test_timeline_has_a_lane_per_transfer_stream(pipelined_run: RunResult) -> No
 
 
 def test_timeline_shows_recorded_link_lanes() -> None:
-    run = simulate_system("dgx1", "resnet50", "train", 16, nodes=2, record=True)
+    run = record_run(RunRequest.of("dgx1", "resnet50", "train", 16, nodes=2), Library(), record=True)
     figure = plots.timeline(run.result, run.timeline.links)
     (links,) = [t for t in figure.data if t.name == "links"]
     expected = [(f"link {name}", s.start_s, s.end_s) for name, lane in run.timeline.links for s in lane]

@@ -24,8 +24,9 @@ from plotly.offline import get_plotlyjs
 from archsim import plots, simulate
 from archsim.cli import main
 from archsim.results.records import RunResult
+from archsim.run.request import RunRequest
+from archsim.run.runner import run as record_run
 from archsim.spec.library import Library
-from archsim.systems import simulate_system
 
 RUN_FIELDS = ("target", "workload", "mode", "batch", "precision", "seq_len", "num_chips", "step_time_s")
 RUN_FIELDS += ("ops_time_s", "step_overhead_s", "throughput", "flops", "utilization", "memory_bytes")
@@ -264,7 +265,8 @@ def test_cli_run_report_timeline_has_the_links_lanes(tmp_path: Path, capsys: pyt
     command = ["report", "run", "ipu-m2000", "bert-base", "--mode", "train", "--batch", "8", "--pipeline-stages", "4"]
     assert main([*command, "--out", str(out)]) == 0
     capsys.readouterr()
-    recorded = simulate_system("ipu-m2000", "bert-base", "train", 8, pipeline_stages=4, record=True).timeline
+    request = RunRequest.of("ipu-m2000", "bert-base", "train", 8, pipeline_stages=4)
+    recorded = record_run(request, Library(), record=True).timeline
     spans = [(f"link {name}", span.start_s) for name, lane in recorded.links for span in lane]
     assert spans  # IPU-Links carry the pipeline's activations and gradients
     (links,) = [t for t in figures(out.read_text(encoding="utf-8"))["plot-timeline"] if t["name"] == "links"]

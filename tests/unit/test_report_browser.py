@@ -165,12 +165,14 @@ def test_run_report_renders_every_layer(
 
 def test_cli_run_report_draws_the_links_lanes(browser: Any, tmp_path: Path, library: Library) -> None:
     from archsim.cli import main
-    from archsim.systems import simulate_system
+    from archsim.run.request import RunRequest
+    from archsim.run.runner import run as record_run
 
     report = tmp_path / "links.html"
     args = ["ipu-m2000", "bert-base", "--mode", "train", "--batch", "8", "--pipeline-stages", "4"]
     assert main(["report", "run", *args, "--out", str(report)]) == 0
-    run = simulate_system("ipu-m2000", "bert-base", "train", 8, pipeline_stages=4, record=True, library=library)
+    request = RunRequest.of("ipu-m2000", "bert-base", "train", 8, pipeline_stages=4)
+    run = record_run(request, library, record=True)
     spans = sum(len(lane) for _, lane in run.timeline.links)
     assert spans > 0
     page, problems = open_report(browser, report)

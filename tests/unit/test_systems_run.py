@@ -12,8 +12,9 @@ from archsim import simulate
 from archsim.cli import main
 from archsim.errors import CapacityError
 from archsim.results.records import RunResult
+from archsim.run.request import RunRequest
+from archsim.run.runner import run as record_run
 from archsim.spec.library import Library
-from archsim.systems import simulate_system
 from tests.unit.test_system_spec import SYSTEMS
 
 WORKLOADS = [("resnet50", 2, None), ("bert-large", 1, 128)]
@@ -219,7 +220,7 @@ def test_timeline_is_a_valid_trace_event_file(capsys: pytest.CaptureFixture[str]
 
 
 def test_timeline_of_a_single_chip(tmp_path: Path, library: Library) -> None:
-    run = simulate_system("v100", "gemm:512x512x512", library=library, record=True)
+    run = record_run(RunRequest.of("v100", "gemm:512x512x512"), library, record=True)
     assert len(run.timeline.chips) == 1
     assert run.timeline.links == []
 
@@ -260,13 +261,13 @@ def test_a_software_stack_all_reduces_gradients_with_its_own_collective_library(
     (tmp_path / "mxnet-slow.yaml").write_text(stack, encoding="utf-8")
     library = Library([tmp_path], use_env=False)
     common = {"mode": "train", "batch": 32, "library": library, "overlap": False}
-    fast = simulate_system("dgx1", "resnet50", software="mxnet", **common)  # type: ignore[arg-type]
-    slowed = simulate_system("dgx1", "resnet50", software="mxnet-slow", **common)  # type: ignore[arg-type]
-    assert slowed.result.comm_s >= fast.result.comm_s + 5e-3  # at least one bucket paid the 5 ms
-    assert slowed.result.step_time_s > fast.result.step_time_s
+    fast = simulate("dgx1", "resnet50", software="mxnet", **common)  # type: ignore[arg-type]
+    slowed = simulate("dgx1", "resnet50", software="mxnet-slow", **common)  # type: ignore[arg-type]
+    assert slowed.comm_s >= fast.comm_s + 5e-3  # at least one bucket paid the 5 ms
+    assert slowed.step_time_s > fast.step_time_s
     argv = ["run", "dgx1", "resnet50", "--mode", "train", "--batch", "32", "--lib", str(tmp_path)]
     output = main_json([*argv, "--software", "mxnet-slow", "--no-overlap", "--json"])
-    assert output["comm_s"] == pytest.approx(slowed.result.comm_s)
+    assert output["comm_s"] == pytest.approx(slowed.comm_s)
 
 
 def main_json(argv: list[str]) -> dict[str, Any]:

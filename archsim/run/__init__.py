@@ -1,0 +1,17 @@
+"""One run: a validated request and the one function that runs it.
+
+* :mod:`archsim.run.request` -- :class:`~archsim.run.request.RunRequest`, every argument of a run
+  (target, workload, mode, batch, precision, lengths, the parallel layout, software and trace
+  options), checked once when it is built; the CLI, the API, sweeps, baselines and validation rows
+  all build one.
+* :mod:`archsim.run.runner` -- :func:`~archsim.run.runner.run`: resolves the target once (a chip is a
+  system of one chip), builds the trace once (the default batch halved until it fits, once), and
+  replays it.
+* :mod:`archsim.run.target` -- what a target name resolves to, and a system's fabric.
+* :mod:`archsim.run.chip` -- :func:`~archsim.run.chip.replay_on_chip`: a built trace on one chip.
+* :mod:`archsim.run.system` -- :func:`~archsim.run.system.replay_on_system`: a built trace on a
+  system, data parallel (:mod:`~archsim.run.data_parallel`) or pipelined
+  (:mod:`~archsim.run.pipeline`), the result assembled by :mod:`~archsim.run.assembly`.
+
+This package imports nothing at its top, so that importing one of its modules stays cheap.
+"""

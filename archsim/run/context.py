@@ -1,0 +1,124 @@
+"""What a step on a multi-chip system shares: its options, fabric, placement, chip model and comm options.
+
+:class:`SystemContext` is built once per replay by :func:`archsim.run.system.replay_on_system` and read
+by the data-parallel (:mod:`archsim.run.data_parallel`) and pipelined (:mod:`archsim.run.pipeline`)
+steps and by the result assembly (:mod:`archsim.run.assembly`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from archsim.engine.collectives import DEFAULT_CHUNK_BYTES
+from archsim.engine.network import LinkObserver
+from archsim.engine.parallel import DEFAULT_BUCKET_BYTES, CommOptions, Schedule
+from archsim.engine.records import LinkSpans, LinkStatistics
+from archsim.models import cost_model_for
+from archsim.models.base import CostModel, framework_overhead_s
+from archsim.models.interconnect import Fabric
+from archsim.models.placement import Placement
+from archsim.results.records import RunResult
+from archsim.results.timeline import Timeline
+from archsim.run.request import Layout
+from archsim.spec.chip import ChipSpec, Efficiency
+from archsim.spec.common import StreamingMemory
+from archsim.spec.software import SoftwareSpec
+from archsim.spec.system import SystemSpec
+from archsim.workloads.memory import resident_bytes
+from archsim.workloads.options import TraceOptions
+from archsim.workloads.trace import Mode, Trace
+
+
+@dataclass(frozen=True)
+class SystemOptions:
+    """How a built trace is spread over a system: a request's layout with its defaults filled in."""
+
+    nodes: int = 1
+    pipeline_stages: int = 1
+    microbatches: int | None = None
+    """Microbatches per step (None: 4 per stage when pipelined, else 1)."""
+    schedule: Schedule = Schedule.ONE_F_ONE_B
+    collective: str | None = None
+    """All-reduce algorithm (None or ``auto``: the system's default)."""
+    bucket_bytes: int = DEFAULT_BUCKET_BYTES
+    overlap: bool = True
+    chunk_bytes: float = DEFAULT_CHUNK_BYTES
+    trace: TraceOptions = field(default_factory=TraceOptions)
+    """How each chip's trace is built (fusion, recomputation, the software's rewrites)."""
+    streaming: StreamingMemory = StreamingMemory.NONE
+    """What an IPU may keep in streaming memory (:mod:`archsim.memory_fit`)."""
+    software: SoftwareSpec | None = None
+    """The stack that runs each chip's graph (None: the chip's default)."""
+
+    @classmethod
+    def of(
+        cls, layout: Layout, trace: TraceOptions, streaming: StreamingMemory, software: SoftwareSpec | None
+    ) -> SystemOptions:
+        """A request's layout with the trace options, streaming memory and stack of its run."""
+        return cls(
+            nodes=layout.nodes or 1,
+            pipeline_stages=layout.pipeline_stages,
+            microbatches=layout.microbatches,
+            schedule=layout.schedule,
+            collective=layout.collective,
+            bucket_bytes=layout.bucket_bytes,
+            overlap=layout.overlap,
+            trace=trace,
+            streaming=streaming,
+            software=software,
+        )
+
+
+@dataclass
+class RunOutput:
+    """What a run gives back: its result and its timeline lanes (empty unless recorded)."""
+
+    result: RunResult
+    timeline: Timeline = field(default_factory=Timeline)
+
+
+@dataclass
+class SystemContext:
+    """One replay on a system: where its chips are, how they communicate, and the chip's model."""
+
+    system: SystemSpec
+    source: str
+    fabric: Fabric
+    placement: Placement
+    chip: ChipSpec
+    efficiency: Efficiency
+    comm: CommOptions
+    options: SystemOptions
+    spans: LinkSpans | None
+    """The timeline's link observer when the run is recorded (None: not recorded)."""
+    mode: Mode
+    rebuild: Callable[[int, bool], Trace] | None
+    software: SoftwareSpec
+
+    @property
+    def issue_s(self) -> float:
+        """Host issue cost per op (seconds)."""
+        assert self.efficiency.host_overhead is not None
+        return self.efficiency.host_overhead
+
+    @property
+    def step_overhead_s(self) -> float:
+        """The training loop's per-step cost (an inference loop runs the forward ops only)."""
+        assert self.efficiency.step_overhead is not None
+        return self.efficiency.step_overhead if self.mode is Mode.TRAIN else 0.0
+
+    def observers(self, statistics: LinkStatistics) -> list[LinkObserver]:
+        """What watches a step's links: ``statistics`` (the result's), and the timeline's when recorded."""
+        return [statistics] if self.spans is None else [statistics, self.spans]
+
+    def model(self, trace: Trace, needed: int, share: float = 1.0) -> CostModel:
+        """The chip's model for ops of ``trace`` on a chip that needs ``needed`` bytes.
+
+        ``share`` is the chip's share of the parameters (a pipeline stage's): that share of the state
+        only the update touches is left out of the footprint the ops work with (see
+        :func:`~archsim.workloads.memory.resident_bytes`).
+        """
+        framework_s = framework_overhead_s(self.efficiency)
+        footprint = resident_bytes(trace, needed, share)
+        return cost_model_for(self.chip, self.efficiency, trace.precision, footprint, framework_s)

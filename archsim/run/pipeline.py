@@ -1,0 +1,164 @@
+"""A pipelined step on a system: the trace cut into stages, each stage's blocks, and the schedule.
+
+The stages are balanced by time on one chip (:func:`~archsim.workloads.pipeline.split_stages`); each
+stage's forward and backward blocks are replayed on its chip, and the schedule runs them with the
+activations, gradients and all-reduces between chips in the engine
+(:func:`archsim.engine.parallel.pipeline_step`).
+"""
+
+from __future__ import annotations
+
+from archsim import memory_fit
+from archsim.engine.parallel import Schedule, StageWork, gradient_buckets, pipeline_step
+from archsim.engine.records import Block, BlockKind, LinkStatistics
+from archsim.engine.replay import OpTiming, replay
+from archsim.models.base import OpCost
+from archsim.run.context import RunOutput, SystemContext
+from archsim.run.system_result import system_result, timeline
+from archsim.workloads.memory import resident_bytes
+from archsim.workloads.pipeline import Stage, split_stages, stage_memory_bytes, sub_trace
+from archsim.workloads.trace import Mode, Op, Phase, Trace
+
+
+def pipelined(context: SystemContext, trace: Trace, microbatches: int) -> RunOutput:
+    """One step of ``microbatches`` microbatches of ``trace`` through the context's pipeline stages."""
+    train = trace.mode is Mode.TRAIN
+    staged = stages_of(context, trace, microbatches)
+    memory_fit.check_needs(
+        context.chip,
+        context.options.streaming,
+        trace,
+        lambda t: [need for _, need in (staged if t is trace else stages_of(context, t, microbatches))],
+        context.rebuild,
+        "--microbatches",
+    )
+    stages = [stage for stage, _ in staged]
+    work: list[StageWork] = []
+    blocks: list[tuple[list[OpTiming], list[OpTiming], OpCost | None]] = []
+    memory = 0
+    issue_s = context.issue_s
+    for stage, need in staged:
+        memory = max(memory, need.bytes)
+        model = context.model(trace, need.bytes, stage.parameter_fraction)
+        forward = replay(sub_trace(trace, stage.forward, f"{trace.name}.s{stage.index}.fwd"), model, issue_s)
+        backward = replay(sub_trace(trace, stage.backward, f"{trace.name}.s{stage.index}.bwd"), model, issue_s)
+        update = model.cost(stage.update) if train and stage.update is not None else None
+        work.append(_stage_work(trace, stage, forward, backward, update, context.comm.bucket_bytes))
+        blocks.append((forward, backward, update))
+    options = context.options
+    placement, comm = context.placement, context.comm
+    statistics = LinkStatistics()
+    observers = context.observers(statistics)
+    outcome = pipeline_step(work, placement, options.schedule, microbatches, train, comm, observers)
+    free = pipeline_step(work, placement, options.schedule, microbatches, train, comm, communicate=False)
+    entries, chip_spans = _pipeline_entries(trace, stages, blocks, outcome.tasks)
+    busy = [microbatches * (w.forward_s + w.backward_s) for w in work]
+    flush = outcome.pipeline_end_s
+    bubble_s = max(0.0, sum(flush - b for b in busy) / len(busy))  # no negative rounding residue
+    result = system_result(
+        context,
+        trace,
+        trace.batch * microbatches,
+        microbatches,
+        entries,
+        outcome.end_s,
+        memory,
+        single_chip_step(context, trace, microbatches),
+        outcome.comm,
+        statistics,
+        exposed_s=max(0.0, outcome.end_s - free.end_s),
+        bubble=(bubble_s, bubble_s / flush if flush > 0 else 0.0),
+    )
+    return RunOutput(result, timeline(context, chip_spans, outcome.comm))
+
+
+def stages_of(context: SystemContext, trace: Trace, microbatches: int) -> list[tuple[Stage, memory_fit.Need]]:
+    """The stages of ``trace`` (balanced by time on one chip) and what each stage's chip holds."""
+    count = context.options.pipeline_stages
+    balance = context.model(trace, trace.memory_bytes // count, 1 / count)
+    staged = []
+    for stage in split_stages(trace, count, [balance.cost(op).time_s for op in trace.ops]):
+        all_inflight = context.options.schedule is Schedule.GPIPE or trace.mode is not Mode.TRAIN
+        inflight = microbatches if all_inflight else min(microbatches, count - stage.index)
+        needed = stage_memory_bytes(trace, stage, inflight)
+        plural = "es" if inflight > 1 else ""
+        what = f"stage {stage.index} with {inflight} micro-batch{plural} of {trace.batch} in flight"
+        update_only = needed - resident_bytes(trace, needed, stage.parameter_fraction)
+        staged.append((stage, memory_fit.Need(what, needed, update_only)))
+    return staged
+
+
+def single_chip_step(context: SystemContext, trace: Trace, microbatches: int) -> float | str:
+    """One chip running the whole per-replica batch as ``microbatches`` accumulated microbatches.
+
+    The reference of ``scaling_efficiency``: the same micro-batch and options on one chip that holds
+    the whole step in its memory (In-Processor Memory on IPUs, nothing in streaming memory). When
+    one chip cannot, the reason why (a string) instead.
+    """
+    unheld = memory_fit.one_chip_cannot_hold(context.chip, trace)
+    if unheld is not None:
+        return unheld
+    model = context.model(trace, trace.memory_bytes)
+    compute = [i for i, op in enumerate(trace.ops) if op.phase is not Phase.UPDATE]
+    timings = replay(sub_trace(trace, compute, trace.name), model, context.issue_s)
+    once = max((t.end_s for t in timings), default=0.0)
+    update = sum(model.cost(op).time_s for op in trace.ops if op.phase is Phase.UPDATE)
+    return microbatches * once + update + context.step_overhead_s
+
+
+def _stage_work(
+    trace: Trace,
+    stage: Stage,
+    forward: list[OpTiming],
+    backward: list[OpTiming],
+    update: OpCost | None,
+    bucket_bytes: int,
+) -> StageWork:
+    """A stage's block durations, and its gradient buckets with their times within the backward block."""
+    backward_ops = [trace.ops[i] for i in stage.backward]
+    buckets = tuple(
+        (b.bytes, max(backward[w].end_s for w in b.writers)) for b in gradient_buckets(backward_ops, bucket_bytes)
+    )
+    return StageWork(
+        forward_s=max((t.end_s for t in forward), default=0.0),
+        backward_s=max((t.end_s for t in backward), default=0.0),
+        update_s=update.time_s if update is not None else 0.0,
+        send_bytes=stage.send_bytes,
+        buckets=buckets,
+    )
+
+
+def _pipeline_entries(
+    trace: Trace,
+    stages: list[Stage],
+    blocks: list[tuple[list[OpTiming], list[OpTiming], OpCost | None]],
+    tasks: list[Block],
+) -> tuple[list[tuple[Op, OpTiming, int]], list[list[tuple[str, float, float, str]]]]:
+    """Layer entries (ops of microbatch 0 placed at their blocks' times) and block spans per stage."""
+    first: dict[tuple[int, BlockKind], float] = {}
+    spans: list[list[tuple[str, float, float, str]]] = [[] for _ in stages]
+    updates: dict[int, tuple[float, float]] = {}
+    for block in tasks:
+        s, kind = block.stage, block.kind
+        name = "update" if kind is BlockKind.UPDATE else f"{kind.value}{block.microbatch}"
+        spans[s].append((name, block.start_s, block.end_s, kind.value))
+        if kind is BlockKind.UPDATE:
+            updates[s] = (block.start_s, block.end_s)
+        elif block.microbatch == 0:
+            first[(s, kind)] = block.start_s
+    entries: list[tuple[Op, OpTiming, int]] = []
+    for stage, (forward, backward, update) in zip(stages, blocks, strict=True):
+        s = stage.index
+        for indices, timings, kind in (
+            (stage.forward, forward, BlockKind.FORWARD),
+            (stage.backward, backward, BlockKind.BACKWARD),
+        ):
+            offset = first.get((s, kind), 0.0)
+            for i, t in zip(indices, timings, strict=True):
+                entries.append((trace.ops[i], OpTiming(offset + t.start_s, offset + t.end_s, t.cost), s))
+        if update is not None and stage.update is not None and s in updates:
+            start, end = updates[s]
+            entries.append((stage.update, OpTiming(start, end, update), s))
+    order = {id(op): k for k, op in enumerate(trace.ops)}
+    entries.sort(key=lambda e: (order.get(id(e[0]), len(order)), e[2]))
+    return entries, spans

@@ -1,0 +1,250 @@
+"""A run request: every argument of one run, checked once, frozen.
+
+The CLI (``archsim run``), the API (:func:`archsim.simulate`), sweeps, baselines and validation rows
+all build a :class:`RunRequest` with :meth:`RunRequest.of` and hand it to
+:func:`archsim.run.runner.run`. Building it checks what can be checked without the description
+library -- counts are positive integers within :data:`~archsim.limits.MAX_ARGUMENT`, names are one of
+their choices, each mode takes its own length flag -- and raises the one-line
+:class:`~archsim.errors.UsageError` or :class:`~archsim.errors.LimitError` naming the flag. What needs
+the library (the target, the chip's precisions, the software stack) is checked when the runner
+resolves the target, once.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from archsim.engine.parallel import DEFAULT_BUCKET_BYTES, Schedule
+from archsim.errors import LimitError, UsageError
+from archsim.limits import MAX_ARGUMENT
+from archsim.spec.common import Fusion, Precision, StreamingMemory
+from archsim.spec.software import SoftwareSpec
+from archsim.stack import check_name, stack_options
+from archsim.workloads.options import TraceOptions
+from archsim.workloads.trace import Mode
+
+MAX_NODES = 4096
+"""Most copies of a system one run scales out to (the scale-out tier's rings take ``nodes`` steps)."""
+
+E = TypeVar("E", bound=enum.Enum)
+
+
+def choice(cls: type[E], value: object, flag: str) -> E:
+    """``value`` as a member of ``cls`` (a member or its value); anything else is refused naming ``flag``."""
+    if isinstance(value, cls):
+        return value
+    try:
+        return cls(value)
+    except ValueError:
+        choices = ", ".join(m.value for m in cls)
+        raise UsageError("", flag, f"{value!r} is not one of {choices}") from None
+
+
+def check_count(value: object, flag: str) -> None:
+    """Refuse a count argument that is not None or an integer in ``1 .. MAX_ARGUMENT``."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError("", flag, f"must be a positive integer, got {value!r}")
+    if value > MAX_ARGUMENT:
+        raise LimitError("", flag, f"must be at most {MAX_ARGUMENT}")
+
+
+def trace_options(fusion: str | Fusion | None, recompute: bool | None, gen_len: int | None = None) -> TraceOptions:
+    """The trace options asked explicitly, checked (``--fusion``, ``--recompute``, ``--gen-len``; None: not asked)."""
+    if recompute is not None and not isinstance(recompute, bool):
+        raise UsageError("", "--recompute", f"must be true or false, got {recompute!r}")
+    check_count(gen_len, "--gen-len")
+    fused = Fusion.NONE if fusion is None else choice(Fusion, fusion, "--fusion")
+    return TraceOptions(fused, bool(recompute), gen_len=gen_len)
+
+
+def stack_trace_options(
+    stack: SoftwareSpec,
+    mode: Mode,
+    precision: Precision,
+    fusion: str | Fusion | None,
+    recompute: bool | None,
+    gen_len: int | None = None,
+) -> TraceOptions:
+    """The trace options of a run on ``stack``: its rewrites, with ``fusion``/``recompute`` over them."""
+    trace_options(fusion, recompute, gen_len)
+    chosen = None if fusion is None else choice(Fusion, fusion, "--fusion")
+    return stack_options(stack, mode, precision, chosen, recompute, gen_len)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a run spreads over a system (the CLI's multi-chip options); the default is one chip's run.
+
+    * ``nodes``: copies of the system joined by its scale-out fabric (None: 1).
+    * ``pipeline_stages``: chips per pipeline (must divide the system's first tier); the global
+      batch is the request's ``batch`` times the data-parallel width ``chips / pipeline_stages``,
+      and a pipelined request with no batch takes the model's default, unchanged.
+    * ``microbatches``: per step and replica, each of ``batch / microbatches`` samples whatever the
+      source (None: 4 per stage, fewer if the batch does not split; a source of fixed batch, a trace
+      file or an inline product, is one microbatch: see :func:`archsim.workloads.microbatch_trace`).
+    * ``schedule``: ``1f1b`` or ``gpipe``; ``collective``: ``ring``, ``tree``, ``hierarchical`` or
+      ``torus`` (None or ``auto``: the system's); ``bucket_bytes``: gradient bucket size (25 MiB);
+      ``overlap``: all-reduce buckets during the backward pass.
+    """
+
+    nodes: int | None = None
+    """Copies of the system joined by its scale-out fabric (None: 1)."""
+    pipeline_stages: int = 1
+    """Chips per pipeline (must divide the system's first tier)."""
+    microbatches: int | None = None
+    """Microbatches per step and replica (None: 4 per stage when pipelined, else 1)."""
+    schedule: Schedule = Schedule.ONE_F_ONE_B
+    collective: str | None = None
+    """All-reduce algorithm (None: the system's default)."""
+    bucket_bytes: int = DEFAULT_BUCKET_BYTES
+    """Gradient bucket size (PyTorch DDP's 25 MiB by default)."""
+    overlap: bool = True
+    """All-reduce buckets while the backward pass runs (False: after it)."""
+
+    @property
+    def spreads(self) -> bool:
+        """True when the layout asks for more than one chip's run (it needs a system as the target)."""
+        return self.nodes is not None or self.pipeline_stages != 1 or self.microbatches is not None
+
+    def spreading_flag(self) -> str:
+        """The first multi-chip flag the layout sets (for messages)."""
+        if self.nodes is not None:
+            return "--nodes"
+        return "--pipeline-stages" if self.pipeline_stages != 1 else "--microbatches"
+
+    @classmethod
+    def of(
+        cls,
+        nodes: int | None = None,
+        pipeline_stages: int = 1,
+        microbatches: int | None = None,
+        schedule: str | Schedule = Schedule.ONE_F_ONE_B,
+        collective: str | None = None,
+        bucket_bytes: int | None = None,
+        overlap: bool = True,
+    ) -> Layout:
+        """A checked layout; ``collective`` ``auto`` is the system's default, as None is."""
+        counts = (("--nodes", nodes), ("--pipeline-stages", pipeline_stages), ("--microbatches", microbatches))
+        for flag, value in counts:
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise UsageError("", flag, f"must be a positive integer, got {value!r}")
+        if bucket_bytes is not None and (
+            isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) or bucket_bytes < 1
+        ):
+            raise UsageError("", "--bucket-size", f"must be a positive number of bytes, got {bucket_bytes!r}")
+        if nodes is not None and nodes > MAX_NODES:
+            raise LimitError("", "--nodes", f"must be at most {MAX_NODES}")
+        return cls(
+            nodes=nodes,
+            pipeline_stages=pipeline_stages,
+            microbatches=microbatches,
+            schedule=choice(Schedule, schedule, "--schedule"),
+            collective=None if collective == "auto" else collective,
+            bucket_bytes=bucket_bytes or DEFAULT_BUCKET_BYTES,
+            overlap=bool(overlap),
+        )
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One run, as asked: build it with :meth:`of`, which checks every argument once."""
+
+    target: str
+    """A chip or system name, alias or YAML path."""
+    workload: str
+    """A model name, a trace file, ``gemm:MxNxK`` or ``conv:...``."""
+    mode: Mode = Mode.INFER
+    batch: int | None = None
+    """Per chip, or per data-parallel replica on a system (None: the model's default, halved until it fits)."""
+    precision: Precision | None = None
+    """None: the chip's default."""
+    seq_len: int | None = None
+    """The sequence length of ``infer`` and ``train`` runs (None: the model's)."""
+    prompt_len: int | None = None
+    """``prefill`` and ``decode``: the prompt's tokens per sequence (None: 128)."""
+    gen_len: int | None = None
+    """``decode``: tokens generated per sequence (None: 128)."""
+    layout: Layout = field(default_factory=Layout)
+    software: str | None = None
+    """A ``software/`` stack's name (None: the chip's default)."""
+    fusion: Fusion | None = None
+    """None: what the software stack does."""
+    recompute: bool | None = None
+    """None: what the software stack does."""
+    streaming: StreamingMemory = StreamingMemory.NONE
+    """What an IPU may keep in streaming memory (:mod:`archsim.memory_fit`)."""
+
+    @property
+    def trace_seq_len(self) -> int | None:
+        """The sequence length the trace is built with: the prompt's when generating, else ``seq_len``."""
+        return self.prompt_len if self.mode.is_generation else self.seq_len
+
+    @property
+    def explicit_options(self) -> TraceOptions:
+        """The trace options asked explicitly, without a software stack's rewrites."""
+        return TraceOptions(self.fusion or Fusion.NONE, bool(self.recompute), gen_len=self.gen_len)
+
+    @classmethod
+    def of(
+        cls,
+        target: str,
+        workload: str,
+        mode: str | Mode = Mode.INFER,
+        batch: int | None = None,
+        precision: str | Precision | None = None,
+        seq_len: int | None = None,
+        *,
+        prompt_len: int | None = None,
+        gen_len: int | None = None,
+        nodes: int | None = None,
+        pipeline_stages: int = 1,
+        microbatches: int | None = None,
+        schedule: str | Schedule = Schedule.ONE_F_ONE_B,
+        collective: str | None = None,
+        bucket_bytes: int | None = None,
+        overlap: bool = True,
+        software: str | None = None,
+        fusion: str | Fusion | None = None,
+        recompute: bool | None = None,
+        streaming_memory: str | StreamingMemory | None = StreamingMemory.NONE,
+    ) -> RunRequest:
+        """A checked request; strings become their enums (``mode="train"``).
+
+        The arguments are :func:`archsim.simulate`'s (the layout's as :meth:`Layout.of` takes them). A bad
+        argument is refused in one line naming its flag (``--batch: must be a positive integer, got 0``).
+        """
+        for flag, value in (("--batch", batch), ("--seq-len", seq_len)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise UsageError("", flag, f"must be a positive integer, got {value!r}")
+        for flag, value in (("--batch", batch), ("--seq-len", seq_len)):
+            if value is not None and value > MAX_ARGUMENT:
+                raise LimitError("", flag, f"must be at most {MAX_ARGUMENT}")
+        check_count(prompt_len, "--prompt-len")
+        run_mode = choice(Mode, mode, "--mode")
+        if run_mode.is_generation and seq_len is not None:
+            raise UsageError("", "--seq-len", "prefill and decode take the prompt's length: use --prompt-len")
+        if not run_mode.is_generation and prompt_len is not None:
+            raise UsageError("", "--prompt-len", "is for --mode prefill and decode; other modes take --seq-len")
+        explicit = check_name(software)
+        trace_options(fusion, recompute, gen_len)
+        streaming = choice(StreamingMemory, streaming_memory or StreamingMemory.NONE, "--streaming-memory")
+        layout = Layout.of(nodes, pipeline_stages, microbatches, schedule, collective, bucket_bytes, overlap)
+        return cls(
+            target=target,
+            workload=workload,
+            mode=run_mode,
+            batch=batch,
+            precision=None if precision is None else choice(Precision, precision, "--precision"),
+            seq_len=seq_len,
+            prompt_len=prompt_len,
+            gen_len=gen_len,
+            layout=layout,
+            software=explicit,
+            fusion=None if fusion is None else choice(Fusion, fusion, "--fusion"),
+            recompute=recompute,
+            streaming=streaming,
+        )

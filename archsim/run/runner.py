@@ -1,0 +1,174 @@
+"""The one function that runs a request: resolve the target, build the trace, replay it.
+
+:func:`run` is every front door's: ``archsim run``, :func:`archsim.simulate`, sweeps, baselines and
+the time-to-train runs build a :class:`~archsim.run.request.RunRequest` and call it. It is
+:func:`build` (the target resolved once -- a chip is a system of one chip --, the software stack and
+its rewrites chosen, the trace built once, the default batch halved until the step fits, once) then
+:func:`replay_built`, which hands the built trace to the seam of its target:
+:func:`~archsim.run.chip.replay_on_chip` or :func:`~archsim.run.system.replay_on_system`. Validation
+builds each row once and replays it with many efficiency values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from archsim import memory_fit
+from archsim.errors import UsageError
+from archsim.limits import check_trace_ops
+from archsim.models.placement import place
+from archsim.results.timeline import Timeline, TimelineSpan
+from archsim.run.chip import replay_on_chip
+from archsim.run.context import RunOutput, SystemOptions
+from archsim.run.request import RunRequest
+from archsim.run.system import replay_on_system
+from archsim.run.target import Target, fabric_for, resolve
+from archsim.spec.chip import ChipSpec, Efficiency
+from archsim.spec.common import Precision, StreamingMemory
+from archsim.spec.library import Library
+from archsim.spec.software import Rewrite, SoftwareSpec
+from archsim.stack import planned_software, stack_options
+from archsim.workloads import build_trace, microbatch_trace
+from archsim.workloads.memory import update_only_bytes
+from archsim.workloads.options import TraceOptions
+from archsim.workloads.trace import Mode, Trace
+
+
+@dataclass(frozen=True)
+class BuiltRun:
+    """A request with its target resolved and its trace built, ready to replay (any number of times)."""
+
+    request: RunRequest
+    target: Target
+    trace: Trace
+    """The trace one chip replays (one microbatch's when pipelined or accumulated)."""
+    microbatches: int | None
+    """Microbatches per step on a system (None: one batch per step)."""
+    options: SystemOptions
+    """The layout with the trace options, streaming memory and named stack filled in."""
+    rebuild: Callable[[int, bool], Trace] | None
+    """The workload at another batch (None: its batch is fixed), to name the largest that fits."""
+
+    @property
+    def software(self) -> SoftwareSpec | None:
+        """The stack the request names (None: the chip's default for the trace)."""
+        return self.options.software
+
+
+def run(request: RunRequest, library: Library, *, record: bool = False) -> RunOutput:
+    """Run ``request``: its result, and with ``record`` its timeline."""
+    return replay_built(build(request, library), library, record=record)
+
+
+def build(request: RunRequest, library: Library) -> BuiltRun:
+    """Resolve ``request``'s target and build its trace (refusing what the target cannot run)."""
+    target = resolve(request.target, library)
+    layout, chip = request.layout, target.chip
+    if target.system is None and layout.spreads:
+        raise UsageError(request.target, layout.spreading_flag(), "needs a multi-chip system as the target, not a chip")
+    pipelined = layout.pipeline_stages != 1 or layout.microbatches is not None
+    if target.system is not None and request.mode.is_generation and pipelined:
+        flag = "--pipeline-stages" if layout.pipeline_stages != 1 else "--microbatches"
+        problem = "prefill and decode run data parallel only: pipelined generation is not modelled yet"
+        raise UsageError(target.source, flag, problem)
+    precision = chip.default_precision if request.precision is None else request.precision
+    if precision not in chip.peak:
+        supported = ", ".join(p.value for p in chip.precisions)
+        raise UsageError(chip.name, "--precision", f"{precision.value} is not supported (supported: {supported})")
+    stack = planned_software(library, chip, request.software, request.workload)
+    trace_options = stack_options(stack, request.mode, precision, request.fusion, request.recompute, request.gen_len)
+    named = stack if request.software is not None else None
+    options = SystemOptions.of(layout, trace_options, request.streaming, named)
+    if target.system is not None:  # a bad --pipeline-stages is refused before any trace is built
+        place(fabric_for(target.system, library, options.nodes, target.source), layout.pipeline_stages, target.source)
+    seq_len = request.trace_seq_len
+    rebuild = rebuilder(request.workload, library, request.mode, precision, seq_len, trace_options)
+    microbatches: int | None = None
+    if target.system is not None and (layout.pipeline_stages != 1 or layout.microbatches not in (None, 1)):
+        trace, microbatches = microbatch_trace(
+            request.workload,
+            library,
+            request.mode,
+            request.batch,
+            precision,
+            seq_len,
+            layout.microbatches,
+            4 * layout.pipeline_stages,
+            trace_options,
+        )
+    else:
+        trace = build_trace(request.workload, library, request.mode, request.batch, precision, seq_len, trace_options)
+        trace = default_batch_trace(chip, request.streaming, trace, request.batch, rebuild)
+    check_trace_ops(len(trace.ops), trace.name)
+    return BuiltRun(request, target, trace, microbatches, options, rebuild if "model" in trace.meta else None)
+
+
+def replay_built(
+    built: BuiltRun,
+    library: Library,
+    *,
+    record: bool = False,
+    family_efficiency: Efficiency | None = None,
+    software: SoftwareSpec | None = None,
+) -> RunOutput:
+    """Replay a built run on its target.
+
+    ``family_efficiency`` and ``software`` replace the family's efficiency parameters and the stack
+    (calibration tries values through them).
+    """
+    stack = software if software is not None else built.software
+    if built.target.system is None:
+        result = replay_on_chip(
+            built.target,
+            built.trace,
+            library,
+            family_efficiency,
+            stack,
+            streaming=built.options.streaming,
+            rebuild=built.rebuild,
+        )
+        if not record:
+            return RunOutput(result)
+        spans = [TimelineSpan(layer.name, layer.start_s, layer.end_s, layer.phase) for layer in result.layers]
+        return RunOutput(result, Timeline([(f"chip 0 ({result.target})", spans)]))
+    options = replace(built.options, software=stack)
+    return replay_on_system(
+        built.target,
+        built.trace,
+        built.microbatches,
+        library,
+        options,
+        record=record,
+        family_efficiency=family_efficiency,
+        rebuild=built.rebuild,
+    )
+
+
+def rebuilder(
+    workload: str, library: Library, mode: Mode, precision: Precision, seq_len: int | None, options: TraceOptions
+) -> Callable[[int, bool], Trace]:
+    """``rebuild(batch, recompute)``: ``workload``'s trace at another batch, with or without recomputation."""
+
+    def rebuild(batch: int, recompute: bool) -> Trace:
+        # asked explicitly, recomputation replaces what the software stack does
+        explicit = replace(options, recompute=recompute, rewrites=options.rewrites - {Rewrite.RECOMPUTE})
+        return build_trace(workload, library, mode, batch, precision, seq_len, explicit)
+
+    return rebuild
+
+
+def default_batch_trace(
+    chip: ChipSpec,
+    streaming: StreamingMemory,
+    trace: Trace,
+    batch: int | None,
+    rebuild: Callable[[int, bool], Trace],
+) -> Trace:
+    """``trace``, or with no batch asked (``batch`` None) the model's default halved until the step fits."""
+    if batch is not None or "model" not in trace.meta:
+        return trace
+    recompute = trace.meta.get("recompute") == "true"
+    while trace.batch > 1 and not memory_fit.fits(chip, streaming, trace.memory_bytes, update_only_bytes(trace.ops)):
+        trace = rebuild(trace.batch // 2, recompute)
+    return trace

@@ -1,0 +1,82 @@
+"""Replay a built trace on a multi-chip system: data parallel, pipeline parallel, or both.
+
+:func:`replay_on_system` is the system seam of the runner ("replay this built trace on this
+system"): it builds the fabric (:mod:`archsim.models.interconnect`), places pipelines and replicas on
+it (:mod:`archsim.models.placement`), resolves how gradients are communicated (the all-reduce
+algorithm, the collective library's protocol), and runs one step in the engine
+(:mod:`archsim.engine.parallel`) through :mod:`archsim.run.data_parallel` or :mod:`archsim.run.pipeline`.
+
+**The symmetry shortcut.** All data-parallel replicas run identical compute, and all members of a
+tier are joined identically, so the engine simulates one representative chip per pipeline stage and,
+per tier, one representative member (with every chip in it that takes part and every link it owns).
+Each collective runs tier by tier (hierarchical), so the cost of a step grows with the number of
+tiers and the chips of one member, not with the number of chips: a 1,024-chip step simulates the
+representative's ops plus a few thousand chunk transfers. The links that are actually shared -- a
+member's switch ports among its chips, a ring link among the pipelines' stages, activation sends
+against gradient all-reduces -- are still SimPy resources with discrete transfers queueing on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from archsim.collective_run import gradient_call
+from archsim.engine.collectives import resolve_algorithm
+from archsim.engine.parallel import CommOptions
+from archsim.engine.records import LinkSpans
+from archsim.models.placement import place
+from archsim.run.chip import finished
+from archsim.run.context import RunOutput, SystemContext, SystemOptions
+from archsim.run.data_parallel import data_parallel
+from archsim.run.pipeline import pipelined
+from archsim.run.target import Target, fabric_for
+from archsim.spec.chip import Efficiency
+from archsim.spec.library import Library
+from archsim.stack import default_software, is_kernel, stack_efficiency
+from archsim.workloads.trace import Trace
+
+
+def replay_on_system(
+    target: Target,
+    trace: Trace,
+    microbatches: int | None,
+    library: Library,
+    options: SystemOptions,
+    *,
+    record: bool = False,
+    family_efficiency: Efficiency | None = None,
+    rebuild: Callable[[int, bool], Trace] | None = None,
+) -> RunOutput:
+    """Replay a built trace (one chip's, one microbatch's when pipelined) on ``target``'s system.
+
+    ``microbatches`` None runs data parallel, else a pipelined or accumulated step.
+    ``family_efficiency`` replaces the family file's efficiency parameters, as in
+    :func:`archsim.run.chip.replay_on_chip` (calibration tries values through it).
+    ``rebuild(batch, recompute)`` builds the workload at another (micro-)batch, so that a refusal names
+    the largest that fits (None: the workload fixes its batch).
+    """
+    system, source, chip = target.system, target.source, target.chip
+    assert system is not None, "a system target"
+    fabric = fabric_for(system, library, options.nodes, source)
+    asked = resolve_algorithm(options.collective, fabric, source) if options.collective not in (None, "auto") else None
+    named = options.software.collective_library if options.software is not None else None
+    call = gradient_call(library, system, fabric, options.bucket_bytes, asked, named)
+    if call is not None:  # the links as the library's protocol for a gradient bucket sees them
+        fabric = call.fabric
+    placement = place(fabric, options.pipeline_stages, source)
+    stack = options.software if options.software is not None else default_software(library, chip, is_kernel(trace))
+    efficiency = stack_efficiency(library, chip, stack, trace.precision, family_efficiency)
+    algorithm = resolve_algorithm(asked or (call.algorithm if call is not None else None), fabric, source)
+    comm = CommOptions(
+        algorithm,
+        options.bucket_bytes,
+        options.overlap,
+        call.chunk_bytes if call is not None else options.chunk_bytes,
+        call.fixed_s if call is not None else 0.0,
+    )
+    spans = LinkSpans() if record else None
+    context = SystemContext(
+        system, source, fabric, placement, chip, efficiency, comm, options, spans, trace.mode, rebuild, stack
+    )
+    run = data_parallel(context, trace) if microbatches is None else pipelined(context, trace, microbatches)
+    return RunOutput(finished(run.result, chip, library, trace), run.timeline)

@@ -1,0 +1,120 @@
+"""A system step's result and timeline, from what the engine reported.
+
+:func:`system_result` fills the run's :class:`~archsim.results.records.RunResult` (its layers, the
+system fields, per-link statistics and every collective and transfer); :func:`timeline` the lanes of
+the Perfetto export when the run is recorded.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+from archsim.engine.network import Lane
+from archsim.engine.parallel import CommLog
+from archsim.engine.records import LinkStatistics
+from archsim.engine.replay import OpTiming
+from archsim.results.assembly import build_system_result
+from archsim.results.records import LinkRecord, RunResult
+from archsim.results.timeline import MIRRORED_CHIPS, Timeline, TimelineSpan
+from archsim.run.context import SystemContext
+from archsim.workloads.trace import Op, Trace
+
+
+def system_result(
+    context: SystemContext,
+    trace: Trace,
+    batch: int,
+    microbatches: int,
+    entries: Sequence[tuple[Op, OpTiming, int]],
+    ops_time_s: float,
+    memory: int,
+    single_step: float | str,
+    comm: CommLog,
+    statistics: LinkStatistics,
+    exposed_s: float,
+    bubble: tuple[float, float],
+) -> RunResult:
+    """The result of a step of ``trace`` (one microbatch's) on the context's system.
+
+    ``single_step`` is one chip's time for the same per-replica batch, or why one chip cannot run it.
+    """
+    step_s = ops_time_s + context.step_overhead_s
+    collectives = sorted(comm.collectives, key=lambda c: (c.start_s, c.stage, c.name))
+    collectives += sorted(comm.transfers, key=lambda c: (c.start_s, c.stage, c.name))
+    options = context.options
+    return build_system_result(
+        target=context.system.name,
+        system=context.system.name,
+        nodes=options.nodes,
+        chip=context.chip,
+        trace=trace,
+        batch=batch,
+        entries=entries,
+        ops_time_s=ops_time_s,
+        step_overhead_s=context.step_overhead_s,
+        num_chips=context.fabric.num_chips,
+        data_parallel=context.placement.data_parallel,
+        pipeline_stages=options.pipeline_stages,
+        microbatches=microbatches,
+        schedule=options.schedule.value if options.pipeline_stages > 1 else None,
+        collective=context.comm.algorithm.value if context.placement.data_parallel > 1 else None,
+        memory_bytes=memory,
+        single_chip_step_s=single_step if isinstance(single_step, float) else None,
+        scaling_note=single_step if isinstance(single_step, str) else None,
+        comm_s=comm.busy_s(),
+        exposed_comm_s=exposed_s,
+        software=context.software.name,
+        input_samples_per_s=context.software.input_pipeline,
+        bubble_s=bubble[0],
+        bubble_fraction=bubble[1],
+        links=link_records(comm.lanes, statistics, step_s),
+        collectives=collectives,
+    )
+
+
+def timeline(context: SystemContext, per_stage: list[list[tuple[str, float, float, str]]], comm: CommLog) -> Timeline:
+    """Compute lanes per chip (mirrored from the representatives) and one lane per simulated link."""
+    if context.spans is None:
+        return Timeline()
+    stages = len(per_stage)
+    spans = [[TimelineSpan(n, s, e, c) for n, s, e, c in lanes] for lanes in per_stage]
+    chips = context.fabric.num_chips
+    if chips <= MIRRORED_CHIPS:
+        chip_lanes = [(f"chip {i} (stage {i % stages})", spans[i % stages]) for i in range(chips)]
+    else:
+        each = chips // stages
+        chip_lanes = [(f"chip {s} (stage {s}, stands for {each} chips)", spans[s]) for s in range(stages)]
+    link_lanes = [
+        (
+            f"{lane.name} [{lane.tier.link}]",
+            [TimelineSpan(sp.label, sp.start_s, sp.end_s, "link") for sp in context.spans.spans.get(lane, [])],
+        )
+        for lane in comm.lanes
+    ]
+    return Timeline(chip_lanes, link_lanes)
+
+
+def link_records(lanes: Sequence[Lane], statistics: LinkStatistics, step_s: float) -> list[LinkRecord]:
+    """Per tier and direction: the representative links' mean traffic and utilization over the step."""
+    groups: dict[tuple[str, str, str], list[Lane]] = defaultdict(list)
+    for lane in lanes:
+        groups[(lane.tier.name, lane.tier.link, lane.id.direction.value)].append(lane)
+    busy = {lane: statistics.busy_s.get(lane, 0.0) for lane in lanes}
+    records = []
+    for (tier, link, direction), members in groups.items():
+        count = len(members)
+        utilizations = [busy[lane] / step_s if step_s > 0 else 0.0 for lane in members]
+        records.append(
+            LinkRecord(
+                tier=tier,
+                link=link,
+                direction=direction,
+                links=count,
+                bytes=sum(statistics.bytes.get(lane, 0.0) for lane in members) / count,
+                busy_s=sum(busy[lane] for lane in members) / count,
+                utilization=min(sum(utilizations) / count, max(utilizations)),  # no rounding above max
+                max_utilization=max(utilizations),
+            )
+        )
+    return records
