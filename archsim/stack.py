@@ -10,8 +10,9 @@ efficiency parameters (a chip's own overrides win over both).
 from __future__ import annotations
 
 from archsim.errors import UsageError
-from archsim.spec.chip import ChipSpec, Efficiency
+from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Fusion, Precision
+from archsim.spec.efficiency import Efficiency
 from archsim.spec.library import Library
 from archsim.spec.software import Rewrite, SoftwareSpec
 from archsim.workloads.conv import is_conv

@@ -24,8 +24,9 @@ from archsim.models.plugins import (
     register_op_cost,
     unregister_op_cost,
 )
-from archsim.spec.chip import ChipSpec, Efficiency
+from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Precision
+from archsim.spec.efficiency import Efficiency
 from archsim.spec.registry import family_definition, register_family
 
 CostModelFactory = Callable[[ChipSpec, Any, Precision, int], CostModel]

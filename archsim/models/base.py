@@ -18,8 +18,9 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from archsim.errors import UsageError
-from archsim.spec.chip import ChipSpec, Efficiency
+from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Precision
+from archsim.spec.efficiency import Efficiency
 from archsim.spec.registry import FamilyEfficiency
 from archsim.workloads.trace import Gemm, Op
 

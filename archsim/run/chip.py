@@ -18,8 +18,9 @@ from archsim.results.assembly import build_result
 from archsim.results.power import priced
 from archsim.results.records import RunResult
 from archsim.run.target import Target
-from archsim.spec.chip import ChipSpec, Efficiency
+from archsim.spec.chip import ChipSpec
 from archsim.spec.common import StreamingMemory
+from archsim.spec.efficiency import Efficiency
 from archsim.spec.library import Library
 from archsim.spec.software import SoftwareSpec
 from archsim.stack import default_software, is_kernel, stack_efficiency

@@ -21,8 +21,9 @@ from archsim.models.placement import Placement
 from archsim.results.records import RunResult
 from archsim.results.timeline import Timeline
 from archsim.run.request import Layout
-from archsim.spec.chip import ChipSpec, Efficiency
+from archsim.spec.chip import ChipSpec
 from archsim.spec.common import StreamingMemory
+from archsim.spec.efficiency import Efficiency
 from archsim.spec.software import SoftwareSpec
 from archsim.spec.system import SystemSpec
 from archsim.workloads.memory import resident_bytes

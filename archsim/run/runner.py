@@ -24,8 +24,9 @@ from archsim.run.context import RunOutput, SystemOptions
 from archsim.run.request import RunRequest
 from archsim.run.system import replay_on_system
 from archsim.run.target import Target, fabric_for, resolve
-from archsim.spec.chip import ChipSpec, Efficiency
+from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Precision, StreamingMemory
+from archsim.spec.efficiency import Efficiency
 from archsim.spec.library import Library
 from archsim.spec.software import Rewrite, SoftwareSpec
 from archsim.stack import planned_software, stack_options

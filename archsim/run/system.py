@@ -30,7 +30,7 @@ from archsim.run.context import RunOutput, SystemContext, SystemOptions
 from archsim.run.data_parallel import data_parallel
 from archsim.run.pipeline import pipelined
 from archsim.run.target import Target, fabric_for
-from archsim.spec.chip import Efficiency
+from archsim.spec.efficiency import Efficiency
 from archsim.spec.library import Library
 from archsim.stack import default_software, is_kernel, stack_efficiency
 from archsim.workloads.trace import Trace

@@ -1,7 +1,7 @@
 """Family descriptions (``chips/families/NAME.yaml``, ``kind: family``).
 
 A family file holds the efficiency parameters its cost model needs, with their meaning documented
-in :class:`archsim.spec.chip.Efficiency`. They are fitted by ``scripts/calibrate.py`` to
+in :class:`archsim.spec.efficiency.Efficiency`. They are fitted by ``scripts/calibrate.py`` to
 ``calibration.csv`` and shared by every chip of the family; a chip may override any of them. The
 per-op and per-step costs belong to the software that runs the graph (:mod:`archsim.spec.software`):
 the family names its chips' default stack (``software``) and the bare kernel library that runs an
@@ -14,8 +14,9 @@ from typing import Literal
 
 from pydantic import model_validator
 
-from archsim.spec.chip import Efficiency, FamilyName
+from archsim.spec.chip import FamilyName
 from archsim.spec.common import Name, Spec
+from archsim.spec.efficiency import Efficiency
 from archsim.spec.registry import DISPATCH, family_definition
 
 

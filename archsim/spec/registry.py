@@ -33,9 +33,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from archsim.errors import ArchsimError, PluginError, SpecError
 from archsim.spec.common import Precision, Spec
+from archsim.spec.efficiency import Efficiency
 
 if TYPE_CHECKING:
-    from archsim.spec.chip import ChipSpec, Efficiency
+    from archsim.spec.chip import ChipSpec
 
 BUILTIN_MODULES = ("archsim.models.tensorcore", "archsim.models.ipu", "archsim.models.cube", "archsim.models.systolic")
 """The built-in family modules, imported (in this order) before any plug-in."""
@@ -98,7 +99,7 @@ class FamilySection(Spec, abc.ABC):
 class FamilyEfficiency:
     """The efficiency values of a run, resolved once: family file, software stack, chip overrides.
 
-    Every field is set (see :class:`archsim.spec.chip.Efficiency` for their meaning); a family whose
+    Every field is set (see :class:`archsim.spec.efficiency.Efficiency` for their meaning); a family whose
     model needs more subclasses this with more float fields, which its family file must set.
     """
 
@@ -168,11 +169,9 @@ def register_family(definition: FamilyDefinition) -> None:
         raise PluginError(definition.name, "section", "must be a FamilySection subclass")
     if not isinstance(definition.efficiency, type) or not issubclass(definition.efficiency, FamilyEfficiency):
         raise PluginError(definition.name, "efficiency", "must be a FamilyEfficiency subclass")
-    from archsim.spec.chip import Efficiency  # chip.py imports this module: import it when it is loaded
-
     unknown = [f.name for f in dataclasses.fields(definition.efficiency) if f.name not in Efficiency.model_fields]
     if unknown:
-        problem = f"{', '.join(unknown)}: not a field a description can set (archsim.spec.chip.Efficiency)"
+        problem = f"{', '.join(unknown)}: not a field a description can set (archsim.spec.efficiency.Efficiency)"
         raise PluginError(definition.name, "efficiency", problem)
     try:
         dispatch = Mechanism(definition.dispatch)

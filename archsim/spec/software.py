@@ -9,7 +9,7 @@ MindSpore, XLA). It decides three things the chip does not:
   issue cost (``host``); an IPU program pays program control per compute set (``per_op``) on top of
   the chip's hardware sync; XLA on a TPU runs one compiled program per step (``per_step``) whose ops
   are sequenced on the chip (``per_op``); the Ascend runtime dispatches one task per op
-  (``per_op``). These map onto :class:`~archsim.spec.chip.Efficiency`'s ``op_overhead``,
+  (``per_op``). These map onto :class:`~archsim.spec.efficiency.Efficiency`'s ``op_overhead``,
   ``framework_overhead``, ``host_overhead`` and ``step_overhead`` (see :data:`DISPATCH_FIELDS`).
 * **Graph rewrites** (:class:`Rewrite`), applied as trace transforms when a workload is built.
 * **Kernel choice** where it changes efficiency (:class:`Kernels`): e.g. the fraction of the INT8
@@ -28,8 +28,9 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from archsim.spec.chip import Efficiency, FamilyName
+from archsim.spec.chip import FamilyName
 from archsim.spec.common import Duration, Fraction, Name, Precision, Spec
+from archsim.spec.efficiency import Efficiency
 from archsim.spec.registry import Mechanism, family_definition
 
 
@@ -69,7 +70,7 @@ DISPATCH_FIELDS = {
     "host": "host_overhead",
     "per_step": "step_overhead",
 }
-"""Dispatch field -> the :class:`~archsim.spec.chip.Efficiency` field the cost models read."""
+"""Dispatch field -> the :class:`~archsim.spec.efficiency.Efficiency` field the cost models read."""
 
 
 class Dispatch(Spec):

@@ -1,6 +1,6 @@
 """Fit a family's efficiency parameters to the rows of a validation table.
 
-The parameters (documented on :class:`archsim.spec.chip.Efficiency`) are shared by every chip of the
+The parameters (documented on :class:`archsim.spec.efficiency.Efficiency`) are shared by every chip of the
 family and every workload: one set of values per family, nothing per row. The objective is the
 mean, over the levels present (operator; system: single- and multi-chip steps together), of each
 level's mean absolute percentage error, so that fifty kernel timings do not drown out eight system
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from archsim.outfile import write_file
-from archsim.spec.chip import Efficiency
 from archsim.spec.common import Duration
+from archsim.spec.efficiency import Efficiency
 from archsim.spec.family import required
 from archsim.spec.library import Library
 from archsim.spec.validation import Group, Level, ValidationSpec

@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from archsim.spec.chip import Efficiency
 from archsim.spec.common import Precision
+from archsim.spec.efficiency import Efficiency
 from archsim.spec.library import Library
 from archsim.spec.software import DISPATCH_FIELDS, SoftwareSpec
 from archsim.spec.validation import ValidationSpec

@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from archsim.spec.chip import Efficiency
+from archsim.spec.efficiency import Efficiency
 from archsim.spec.library import Library
 from archsim.spec.software import SoftwareSpec
 from archsim.spec.uncertainty import ANY

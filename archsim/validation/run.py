@@ -17,7 +17,7 @@ from archsim.results.records import RunResult
 from archsim.run.request import RunRequest
 from archsim.run.runner import BuiltRun, build, replay_built
 from archsim.run.target import Target
-from archsim.spec.chip import Efficiency
+from archsim.spec.efficiency import Efficiency
 from archsim.spec.library import Library
 from archsim.spec.software import SoftwareSpec
 from archsim.spec.validation import Group, Level, Metric, Row, ValidationSpec

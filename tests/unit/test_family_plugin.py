@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from archsim.errors import PluginError, SpecError
-from archsim.spec.chip import Efficiency
+from archsim.spec.efficiency import Efficiency
 from archsim.spec.registry import (
     FamilyDefinition,
     FamilyEfficiency,

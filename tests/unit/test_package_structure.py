@@ -17,7 +17,7 @@ import archsim
 PACKAGE = Path(archsim.__file__).parent
 MAX_LINES = 450
 """Largest module (STYLE.md asks for 100 to 400 lines and a split well before 600)."""
-BEING_SPLIT = {"workloads/chakra.py", "testing/strategies.py"}
+BEING_SPLIT = {"workloads/chakra.py"}
 """Modules over :data:`MAX_LINES` whose split is under way on other branches (issue 15); each must
 still be over the limit, so that the allowance goes as soon as its split lands."""
 
