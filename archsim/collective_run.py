@@ -19,12 +19,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from archsim.engine.collectives import resolve_algorithm, simulate_collective
+from archsim.engine.parallel import CommPlan
 from archsim.errors import LimitError, UsageError
 from archsim.models.collective_cost import COLLECTIVES, CallPlan, bus_factor, plan_call
 from archsim.models.interconnect import Fabric
 from archsim.spec.collective_library import CollectiveLibrarySpec
 from archsim.spec.library import Library
 from archsim.spec.system import Algorithm, SystemSpec
+from archsim.workloads.trace import CommOp
 
 MAX_COLLECTIVE_BYTES = 2**40
 """Largest buffer of one call (1 TiB, more than any accelerator's memory)."""
@@ -95,6 +97,27 @@ def gradient_call(
     if spec is None:
         return None
     return plan_call(spec, "all-reduce", bucket_bytes, fabric, algorithm)
+
+
+def comm_plan(
+    library: CollectiveLibrarySpec | None,
+    fabric: Fabric,
+    comm: CommOp,
+    algorithm: Algorithm | None = None,
+    source: str = "",
+) -> CommPlan | None:
+    """How ``library`` runs one call of a trace's own collective, as :func:`call_time_s` runs it.
+
+    The library's protocol and algorithm for that collective and size on ``fabric`` (the links as they
+    are, before any protocol), its chunk and launch latency; ``algorithm`` (an explicit
+    ``--collective``) overrides its rules. None where there is nothing to plan: no library (the bare
+    links, as the step's other collectives), a send, a receive or a barrier, or an empty buffer.
+    """
+    if library is None or comm.kind.value not in COLLECTIVES or comm.bytes == 0:
+        return None
+    plan = plan_call(library, comm.kind.value, comm.bytes, fabric, algorithm)
+    chosen = resolve_algorithm(plan.algorithm, plan.fabric, source)
+    return CommPlan(plan.fabric, chosen, plan.chunk_bytes, plan.fixed_s)
 
 
 def _check(op: str, sizes: Sequence[int]) -> None:

@@ -32,17 +32,16 @@ from archsim.api import (
     stack_trace_options,
     trace_options,
 )
-from archsim.collective_run import gradient_call
+from archsim.collective_run import comm_plan, gradient_call
 from archsim.engine.collectives import DEFAULT_CHUNK_BYTES, resolve_algorithm
 from archsim.engine.network import Lane
 from archsim.engine.parallel import (
-    DEFAULT_BUCKET_BYTES,
     CommLog,
     CommOptions,
+    CommPlan,
     Schedule,
     StageWork,
     data_parallel_step,
-    gradient_buckets,
     pipeline_step,
 )
 from archsim.engine.replay import OpTiming, replay
@@ -55,16 +54,23 @@ from archsim.models.placement import Placement, place
 from archsim.results.records import CollectiveRecord, LinkRecord, RunResult, build_system_result
 from archsim.results.timeline import MIRRORED_CHIPS, Timeline, TimelineSpan
 from archsim.spec.chip import ChipSpec, Efficiency
+from archsim.spec.collective_library import CollectiveLibrarySpec
 from archsim.spec.common import Fusion, Precision, StreamingMemory
 from archsim.spec.library import Library
 from archsim.spec.software import SoftwareSpec
-from archsim.spec.system import SystemSpec
+from archsim.spec.system import Algorithm, SystemSpec
 from archsim.stack import check_name, default_software, is_kernel, planned_software, stack_efficiency
 from archsim.workloads import build_trace, microbatch_trace
 from archsim.workloads.memory import resident_bytes
 from archsim.workloads.options import TraceOptions
 from archsim.workloads.pipeline import Stage, split_stages, stage_memory_bytes, sub_trace
-from archsim.workloads.trace import Mode, Op, Phase, Trace
+from archsim.workloads.trace import CommOp, Mode, Op, Phase, Trace
+from archsim.workloads.transforms import (
+    DEFAULT_BUCKET_BYTES,
+    compute_only,
+    gradient_buckets,
+    with_gradient_all_reduces,
+)
 
 MAX_NODES = 4096
 """Most copies of a system one run scales out to (the scale-out tier's rings take ``nodes`` steps)."""
@@ -284,6 +290,7 @@ def replay_system(
     asked = resolve_algorithm(options.collective, fabric, source) if options.collective not in (None, "auto") else None
     named = options.software.collective_library if options.software is not None else None
     call = gradient_call(library, system, fabric, options.bucket_bytes, asked, named)
+    plans = _comm_planner(library, system, fabric, asked, named, source)
     if call is not None:  # the links as the library's protocol for a gradient bucket sees them
         fabric = call.fabric
     placement = place(fabric, options.pipeline_stages, source)
@@ -299,11 +306,27 @@ def replay_system(
         call.fixed_s if call is not None else 0.0,
     )
     context = _Context(
-        system, source, fabric, placement, chip, efficiency, comm, options, record, trace.mode, rebuild, stack
+        system, source, fabric, placement, chip, efficiency, comm, options, record, trace.mode, rebuild, stack, plans
     )
     run = context.data_parallel(trace) if microbatches is None else context.pipelined(trace, microbatches)
     result = finished(run.result, chip, library, trace)
     return SystemRun(result, run.timeline)
+
+
+def _comm_planner(
+    library: Library,
+    system: SystemSpec,
+    fabric: Fabric,
+    algorithm: Algorithm | None,
+    software_library: str | None,
+    source: str,
+) -> Callable[[CommOp], CommPlan | None]:
+    """How the collective library plans each of a trace's own collectives (see :func:`comm_plan`)."""
+    if software_library is not None:
+        spec: CollectiveLibrarySpec | None = library.collective_library(software_library)
+    else:
+        spec = library.system_collective_library(system)
+    return lambda comm: comm_plan(spec, fabric, comm, algorithm, source)
 
 
 def _data_parallel_trace(
@@ -338,6 +361,8 @@ class _Context:
     mode: Mode
     rebuild: Callable[[int, bool], Trace] | None
     software: SoftwareSpec
+    plan_comm: Callable[[CommOp], CommPlan | None]
+    """How the collective library runs one of the trace's own collectives (a Chakra ET's)."""
 
     @property
     def issue_s(self) -> float:
@@ -366,13 +391,22 @@ class _Context:
     def data_parallel(self, trace: Trace) -> SystemRun:
         memory_fit.check_needs(self.chip, self.options.streaming, trace, memory_fit.trace_needs, self.rebuild)
         model = self.model(trace, trace.memory_bytes)
-        single = replay(trace, model, self.issue_s)
+        compute = compute_only(trace)
+        single = replay(compute, model, self.issue_s)
         single_end = max((t.end_s for t in single), default=0.0)
-        costs = [t.cost for t in single]
+        step = self.with_communication(trace)
+        costs = iter(t.cost for t in single)
         outcome = data_parallel_step(
-            trace.ops, costs, model.separate_units, self.placement, self.comm, self.issue_s, self.record
+            step.ops,
+            [None if op.comm is not None else next(costs) for op in step.ops],
+            model.separate_units,
+            self.placement,
+            self.comm,
+            self.issue_s,
+            self.record,
+            self.own_plans(trace, step),
         )
-        entries = [(op, t, 0) for op, t in zip(trace.ops, outcome.timings, strict=True)]
+        entries = [(op, t, 0) for op, t in zip(compute.ops, outcome.timings, strict=True)]
         result = self.result(
             trace,
             trace.batch,
@@ -380,7 +414,7 @@ class _Context:
             entries,
             outcome.end_s,
             trace.memory_bytes,
-            single_end + self.step_overhead_s,
+            single_end + self.step_overhead_s if compute.ops else "the trace has no compute op to run on one chip",
             outcome.comm,
             exposed_s=max(0.0, outcome.end_s - single_end),
             bubble=(0.0, 0.0),
@@ -389,6 +423,23 @@ class _Context:
             [[(op.name, t.start_s, t.end_s, op.phase.value) for op, t, _ in entries]], outcome.comm
         )
         return SystemRun(result, timeline)
+
+    def with_communication(self, trace: Trace) -> Trace:
+        """The trace one replica runs, with its communication ops.
+
+        A trace that brings its own (a Chakra ET) runs as it is; otherwise every replica all-reduces its
+        gradient buckets over the data-parallel group (:func:`~archsim.workloads.transforms.with_gradient_all_reduces`).
+        """
+        if trace.has_comm or self.placement.data_parallel == 1:
+            return trace
+        return with_gradient_all_reduces(trace, self.comm.bucket_bytes, self.comm.overlap)
+
+    def own_plans(self, trace: Trace, step: Trace) -> dict[int, CommPlan]:
+        """The library's plan for each collective ``trace`` brings itself (inserted all-reduces take the bucket's)."""
+        if step is not trace:
+            return {}
+        planned = {i: self.plan_comm(op.comm) for i, op in enumerate(step.ops) if op.comm is not None}
+        return {i: plan for i, plan in planned.items() if plan is not None}
 
     # -- pipeline parallel -----------------------------------------------------------------------
 

@@ -43,7 +43,7 @@ from archsim.spec.library import Library
 from archsim.spec.system import SystemSpec, Topology
 from archsim.spec.yamlio import validate
 from archsim.units import Dimension, parse
-from archsim.workloads.trace import ConvShape, Gemm, Mode, Op, OpKind, Phase, Role, TensorAccess, Trace
+from archsim.workloads.trace import COMPUTE_KINDS, ConvShape, Gemm, Mode, Op, OpKind, Phase, Role, TensorAccess, Trace
 
 __all__ = [
     "any_ops",
@@ -192,9 +192,9 @@ def elementwise_ops(precision: Precision | str = Precision.FP16) -> st.SearchStr
 
 
 def ops(
-    precision: Precision | str = Precision.FP16, kinds: tuple[OpKind | str, ...] = tuple(OpKind)
+    precision: Precision | str = Precision.FP16, kinds: tuple[OpKind | str, ...] = COMPUTE_KINDS
 ) -> st.SearchStrategy[Op]:
-    """An op of any of ``kinds`` (default: every kind)."""
+    """An op of any of ``kinds`` (default: every kind a chip's cost model prices)."""
     choices: list[st.SearchStrategy[Op]] = []
     for kind in map(OpKind, kinds):
         if kind is OpKind.MATMUL:

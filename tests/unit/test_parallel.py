@@ -11,7 +11,6 @@ from archsim.engine.parallel import (
     Schedule,
     StageWork,
     data_parallel_step,
-    gradient_buckets,
     pipeline_step,
     stage_order,
 )
@@ -26,6 +25,7 @@ from archsim.spec.system import Algorithm
 from archsim.stack import default_efficiency
 from archsim.workloads import build_trace
 from archsim.workloads.trace import Mode, Role, Trace
+from archsim.workloads.transforms import gradient_buckets, with_gradient_all_reduces
 
 HIER = CommOptions(Algorithm.HIERARCHICAL)
 
@@ -64,14 +64,20 @@ def test_one_replica_is_the_single_chip_replay(library: Library, v100_resnet: tu
     assert one.comm.collectives == []
 
 
+def _aligned(step: Trace, costs: list[OpCost]) -> list[OpCost | None]:
+    """The compute ops' costs at their positions in ``step`` (None at its communication ops)."""
+    priced = iter(costs)
+    return [None if op.comm is not None else next(priced) for op in step.ops]
+
+
 def test_overlap_hides_communication(v100_resnet: tuple[Trace, list[OpCost], bool]) -> None:
     trace, costs, separate = v100_resnet
     placement = place(ring_fabric(8, gbps=2.0), 1)
     compute = sum(c.time_s for c in costs)  # V100: one shared unit, no issue cost here
-    overlapped = data_parallel_step(trace.ops, costs, separate, placement, HIER)
-    serial = data_parallel_step(
-        trace.ops, costs, separate, placement, CommOptions(Algorithm.HIERARCHICAL, overlap=False)
-    )
+    step = with_gradient_all_reduces(trace, HIER.bucket_bytes)
+    serial_step = with_gradient_all_reduces(trace, HIER.bucket_bytes, overlap=False)
+    overlapped = data_parallel_step(step.ops, _aligned(step, costs), separate, placement, HIER)
+    serial = data_parallel_step(serial_step.ops, _aligned(serial_step, costs), separate, placement, HIER)
     comm = overlapped.comm.busy_s()
     assert comm > 0
     assert len(overlapped.comm.collectives) == len(gradient_buckets(trace.ops, HIER.bucket_bytes))
