@@ -269,6 +269,8 @@ def run_trace(
     which uses ``rebuild`` to name the largest batch that fits).
     """
     check_trace_ops(len(trace.ops), trace.name)
+    if trace.has_comm:
+        raise UsageError(trace.name, "TARGET", "communication ops need a multi-chip system as the target, not a chip")
     chip = target.chip
     memory_fit.check_needs(chip, streaming, trace, memory_fit.trace_needs, rebuild)
     stack = software if software is not None else default_software(library, chip, is_kernel(trace))

@@ -339,8 +339,8 @@ def _data_parallel_trace(
     chip: ChipSpec,
     options: ParallelOptions,
 ) -> Trace:
-    """The per-chip trace; the default batch is halved until it fits, as on one chip."""
-    trace = build_trace(workload, library, mode, batch, precision, seq_len, options.trace)
+    """The per-chip trace (a Chakra ET's communication included); the default batch is halved until it fits."""
+    trace = build_trace(workload, library, mode, batch, precision, seq_len, options.trace, communication=True)
     rebuild = rebuilder(workload, library, mode, precision, seq_len, options.trace)
     trace = default_batch_trace(chip, options.streaming, trace, batch, rebuild)
     check_trace_ops(len(trace.ops), trace.name)
