@@ -15,7 +15,7 @@ library's launch latency comes first. The result gives, as nccl-tests does (doc/
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from archsim.engine.collectives import resolve_algorithm, simulate_collective
@@ -90,13 +90,30 @@ def gradient_call(
     plan: the protocol the library picks for a full bucket, its fabric and launch latency.
     ``algorithm`` (an explicit ``--collective``) overrides the library's algorithm rules.
     """
-    if software_library is not None:
-        spec: CollectiveLibrarySpec | None = library.collective_library(software_library)
-    else:
-        spec = library.system_collective_library(system)
+    spec = _library_spec(library, system, software_library)
     if spec is None:
         return None
     return plan_call(spec, "all-reduce", bucket_bytes, fabric, algorithm)
+
+
+def _library_spec(library: Library, system: SystemSpec, software_library: str | None) -> CollectiveLibrarySpec | None:
+    """The collective library ``software_library`` names, or else the system's own (None: none)."""
+    if software_library is not None:
+        return library.collective_library(software_library)
+    return library.system_collective_library(system)
+
+
+def comm_planner(
+    library: Library,
+    system: SystemSpec,
+    fabric: Fabric,
+    algorithm: Algorithm | None,
+    software_library: str | None,
+    source: str,
+) -> Callable[[CommOp], CommPlan | None]:
+    """How the collective library (as for :func:`gradient_call`) plans each of a trace's own collectives."""
+    spec = _library_spec(library, system, software_library)
+    return lambda comm: comm_plan(spec, fabric, comm, algorithm, source)
 
 
 def comm_plan(

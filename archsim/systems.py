@@ -32,7 +32,7 @@ from archsim.api import (
     stack_trace_options,
     trace_options,
 )
-from archsim.collective_run import comm_plan, gradient_call
+from archsim.collective_run import comm_planner, gradient_call
 from archsim.engine.collectives import DEFAULT_CHUNK_BYTES, resolve_algorithm
 from archsim.engine.network import Lane
 from archsim.engine.parallel import (
@@ -54,11 +54,10 @@ from archsim.models.placement import Placement, place
 from archsim.results.records import CollectiveRecord, LinkRecord, RunResult, build_system_result
 from archsim.results.timeline import MIRRORED_CHIPS, Timeline, TimelineSpan
 from archsim.spec.chip import ChipSpec, Efficiency
-from archsim.spec.collective_library import CollectiveLibrarySpec
 from archsim.spec.common import Fusion, Precision, StreamingMemory
 from archsim.spec.library import Library
 from archsim.spec.software import SoftwareSpec
-from archsim.spec.system import Algorithm, SystemSpec
+from archsim.spec.system import SystemSpec
 from archsim.stack import check_name, default_software, is_kernel, planned_software, stack_efficiency
 from archsim.workloads import build_trace, microbatch_trace
 from archsim.workloads.memory import resident_bytes
@@ -290,7 +289,7 @@ def replay_system(
     asked = resolve_algorithm(options.collective, fabric, source) if options.collective not in (None, "auto") else None
     named = options.software.collective_library if options.software is not None else None
     call = gradient_call(library, system, fabric, options.bucket_bytes, asked, named)
-    plans = _comm_planner(library, system, fabric, asked, named, source)
+    plans = comm_planner(library, system, fabric, asked, named, source)
     if call is not None:  # the links as the library's protocol for a gradient bucket sees them
         fabric = call.fabric
     placement = place(fabric, options.pipeline_stages, source)
@@ -311,22 +310,6 @@ def replay_system(
     run = context.data_parallel(trace) if microbatches is None else context.pipelined(trace, microbatches)
     result = finished(run.result, chip, library, trace)
     return SystemRun(result, run.timeline)
-
-
-def _comm_planner(
-    library: Library,
-    system: SystemSpec,
-    fabric: Fabric,
-    algorithm: Algorithm | None,
-    software_library: str | None,
-    source: str,
-) -> Callable[[CommOp], CommPlan | None]:
-    """How the collective library plans each of a trace's own collectives (see :func:`comm_plan`)."""
-    if software_library is not None:
-        spec: CollectiveLibrarySpec | None = library.collective_library(software_library)
-    else:
-        spec = library.system_collective_library(system)
-    return lambda comm: comm_plan(spec, fabric, comm, algorithm, source)
 
 
 def _data_parallel_trace(

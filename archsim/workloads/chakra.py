@@ -117,6 +117,8 @@ def _archsim_op(node: Any, attrs: dict[str, Any], deps: tuple[int, ...], source:
         kind, phase = OpKind(attrs["archsim.kind"]), Phase(attrs.get("archsim.phase", ""))
     except ValueError as err:
         raise SpecError(source, field, str(err)) from None
+    if kind.is_comm:
+        raise SpecError(source, f"{field}.archsim.kind", "communication is a COMM node, not a compute node")
     gemm = conv = None
     if "archsim.gemm" in attrs:
         b, m, n, k = _dims(attrs["archsim.gemm"], 4, source, f"{field}.archsim.gemm")

@@ -23,7 +23,7 @@ from archsim.spec.common import Precision
 from archsim.spec.library import Library
 from archsim.systems import fabric_for, simulate_system
 from archsim.workloads import build_trace, read_trace
-from archsim.workloads.chakra import read_chakra, write_chakra
+from archsim.workloads.chakra import chakra_bytes, read_chakra, write_chakra
 from archsim.workloads.trace import CommGroup, CommKind, CommOp, Mode, OpKind
 from archsim.workloads.transforms import DEFAULT_BUCKET_BYTES, compute_only
 from tests.chakra_official import encode, messages
@@ -187,6 +187,16 @@ def test_cli_replays_to_the_flat_json_and_refuses_a_chip_for_communication(
     assert "need a multi-chip system" in err and err.count("\n") == 1
     assert main(["run", "dgx1", str(path), "--pipeline-stages", "2"]) == 2
     assert "data parallel only" in capsys.readouterr().err
+
+
+def test_a_trace_with_communication_is_not_written_as_one_chip_s_file(tmp_path: Path) -> None:
+    from archsim.errors import UsageError
+    from archsim.workloads.traceio import dump_trace
+
+    trace = read_chakra(_official_et(tmp_path / "rank0.et"))
+    for write in (chakra_bytes, dump_trace):
+        with pytest.raises(UsageError, match="communication ops"):
+            write(trace)
 
 
 def test_collectives_the_engine_has_no_algorithm_for_are_refused_in_one_line(
