@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import simpy
 
@@ -143,7 +143,7 @@ def data_parallel_step(
     for k, i in enumerate(compute):
         op = ops[i]
         deps = tuple(position[d] for d in op.deps if d in position)
-        local.append(op if deps == op.deps else replace(op, deps=deps))
+        local.append(op if deps == op.deps else op.with_deps(deps))
         if len(deps) < len(op.deps):
             extra[k] = [done[d] for d in op.deps if d not in position]
     compute_costs = [costs[i] for i in compute]

@@ -14,6 +14,12 @@ Conventions:
   decide how much of that traffic reaches each memory level. For an op with a ``gemm`` view the first
   read is the ``A`` operand (the ``m x k`` side), the second the ``B`` operand (the ``k x n`` side);
   any further reads (a bias, saved statistics) follow.
+* A communication op (kind :attr:`OpKind.COMM`) carries a :class:`CommOp`: what it does (a collective
+  or a send or receive), over which chips and how many bytes; it has no FLOPs and no tensors. Chip
+  cost models never see one: the multi-chip engine runs it on the system's links
+  (:mod:`archsim.engine.parallel`). Built traces hold compute ops only; data parallelism adds its
+  gradient all-reduces as a transform (:mod:`archsim.workloads.transforms`), and a Chakra ET brings
+  its own (:mod:`archsim.workloads.chakra`).
 """
 
 from __future__ import annotations
@@ -222,6 +228,12 @@ class Op:
     conv: ConvShape | None = None
     comm: CommOp | None = None
     """What a communication op moves (set exactly when ``kind`` is :attr:`OpKind.COMM`)."""
+
+    def with_deps(self, deps: tuple[int, ...]) -> Op:
+        """The same op with other dependencies (for transforms that move ops; faster than ``replace``)."""
+        return Op(
+            self.name, self.kind, self.phase, self.flops, self.reads, self.writes, deps, self.gemm, self.conv, self.comm
+        )
 
     @property
     def bytes_read(self) -> int:

@@ -90,7 +90,7 @@ def with_gradient_all_reduces(trace: Trace, bucket_bytes: int = DEFAULT_BUCKET_B
         if op.phase is Phase.UPDATE:
             deps = (*deps, *reduces)
         position.append(len(ops))
-        ops.append(op if deps == op.deps else replace(op, deps=deps))
+        ops.append(op if deps == op.deps else op.with_deps(deps))
         while pending < len(buckets) and after[pending] == index:
             bucket = buckets[pending]
             writers = bucket.writers if overlap else every_writer
@@ -125,5 +125,5 @@ def compute_only(trace: Trace) -> Trace:
             reach.append(deps)
             continue
         reach.append((len(ops),))
-        ops.append(op if deps == op.deps else replace(op, deps=deps))
+        ops.append(op if deps == op.deps else op.with_deps(deps))
     return replace(trace, ops=tuple(ops))

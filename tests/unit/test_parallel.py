@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
+from archsim.engine.collectives import simulate_collective
 from archsim.engine.parallel import (
     CommOptions,
+    CommPlan,
     Schedule,
     StageWork,
     data_parallel_step,
@@ -24,8 +27,8 @@ from archsim.spec.library import Library
 from archsim.spec.system import Algorithm
 from archsim.stack import default_efficiency
 from archsim.workloads import build_trace
-from archsim.workloads.trace import Mode, Role, Trace
-from archsim.workloads.transforms import gradient_buckets, with_gradient_all_reduces
+from archsim.workloads.trace import CommGroup, CommKind, Mode, Role, Trace
+from archsim.workloads.transforms import comm_op, gradient_buckets, with_gradient_all_reduces
 
 HIER = CommOptions(Algorithm.HIERARCHICAL)
 
@@ -121,3 +124,50 @@ def test_pipeline_sends_activations_and_contends(library: Library) -> None:
     updates = [t for t in outcome.tasks if t[1] == "U"]
     assert len(updates) == 4
     assert math.isclose(outcome.end_s, max(end for *_, end in updates))
+
+
+def _comm_trace(library: Library, nbytes: int, kind: CommKind) -> tuple[Trace, list[OpCost | None]]:
+    """A product, a communication op waiting for it, then a product waiting for the communication."""
+    gemm = build_trace("gemm:512x512x512", library, Mode.INFER, None, Precision.FP16, None).ops[0]
+    ops = (gemm, comm_op("c", kind, nbytes, (0,), CommGroup.DATA_PARALLEL), replace(gemm, name="after", deps=(1,)))
+    trace = Trace("t", Mode.INFER, 1, Precision.FP16, ops, 0, 0)
+    chip = library.chip("v100")
+    model = cost_model_for(chip, default_efficiency(library, chip), trace.precision, 0)
+    cost = model.cost(gemm)
+    return trace, [cost, None, cost]
+
+
+def test_a_communication_op_runs_on_the_links_between_the_ops_around_it(library: Library) -> None:
+    fabric = ring_fabric(8)
+    trace, costs = _comm_trace(library, 8 * 2**20, CommKind.ALL_GATHER)
+    trace.check()
+    outcome = data_parallel_step(trace.ops, costs, False, place(fabric, 1), HIER)
+    before, after = outcome.timings
+    ((name, stage, nbytes, start, end),) = outcome.comm.collectives
+    assert (name, stage, nbytes) == ("c", 0, 8 * 2**20)
+    assert start == before.end_s and after.start_s == end
+    alone = simulate_collective(fabric, "all-gather", 8 * 2**20, Algorithm.HIERARCHICAL).time_s
+    assert end - start == pytest.approx(alone, rel=1e-12)
+    assert outcome.end_s == pytest.approx(after.end_s)
+
+
+def test_a_planned_collective_runs_as_its_plan_on_its_own_copy_of_the_links(library: Library) -> None:
+    fabric, slower = ring_fabric(8), ring_fabric(8, gbps=5.0)
+    trace, costs = _comm_trace(library, 8 * 2**20, CommKind.ALL_REDUCE)
+    plan = CommPlan(slower, Algorithm.RING, 2**20, launch_s=1e-5)
+    outcome = data_parallel_step(trace.ops, costs, False, place(fabric, 1), HIER, plans={1: plan})
+    ((_, _, _, start, end),) = outcome.comm.collectives
+    alone = simulate_collective(slower, "all-reduce", 8 * 2**20, Algorithm.RING, chunk_bytes=2**20, launch_s=1e-5)
+    assert end - start == pytest.approx(alone.time_s, rel=1e-12)
+    carried = {name: nbytes for name, nbytes, _ in alone.lanes}
+    assert {lane.name: lane.bytes for lane in outcome.comm.lanes} == pytest.approx(carried)
+
+
+def test_a_send_crosses_one_innermost_link(library: Library) -> None:
+    fabric = ring_fabric(8, gbps=10.0)
+    trace, costs = _comm_trace(library, 2**20, CommKind.SEND)
+    outcome = data_parallel_step(trace.ops, costs, False, place(fabric, 1), HIER)
+    ((name, _, nbytes, start, end),) = outcome.comm.transfers
+    assert (name, nbytes) == ("c", 2**20)
+    assert end - start == pytest.approx(2**20 / 10e9 + 1e-6, rel=1e-12)
+    assert outcome.timings[1].start_s == end
