@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -155,11 +156,22 @@ def test_official_et_replays_on_a_system(tmp_path: Path, library: Library) -> No
 
 
 def test_a_chakra_et_and_a_built_in_workload_run_through_the_same_system_replay(
-    tmp_path: Path, library: Library
+    tmp_path: Path, library: Library, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import archsim.systems
+
+    engine = archsim.systems.data_parallel_step
+    replayed: list[int] = []  # the comm ops of each step the data-parallel engine replays
+
+    def spy(ops: Any, *args: Any, **kwargs: Any) -> Any:
+        replayed.append(sum(op.kind is OpKind.COMM for op in ops))
+        return engine(ops, *args, **kwargs)
+
+    monkeypatch.setattr(archsim.systems, "data_parallel_step", spy)
     path = _official_et(tmp_path / "rank0.et")
     from_et = simulate_system("dgx1", str(path), library=library).result
     builtin = simulate_system("dgx1", "resnet50", "train", 32, library=library).result
+    assert replayed == [1, len(builtin.collectives)]  # the ET's all-reduce; one per gradient bucket
     assert type(from_et) is type(builtin) is RunResult
     for result in (from_et, builtin):
         assert result.system == "dgx1" and result.num_chips == 8
