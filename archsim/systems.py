@@ -427,6 +427,8 @@ class _Context:
     # -- pipeline parallel -----------------------------------------------------------------------
 
     def pipelined(self, trace: Trace, microbatches: int) -> SystemRun:
+        if trace.has_comm:  # a Chakra ET's communication runs on the data-parallel path only
+            raise UsageError(trace.name, "--pipeline-stages", "a trace with communication ops runs data parallel only")
         train = trace.mode is Mode.TRAIN
         staged = self.stages_of(trace, microbatches)
         memory_fit.check_needs(

@@ -201,6 +201,18 @@ def test_cli_replays_to_the_flat_json_and_refuses_a_chip_for_communication(
     assert "data parallel only" in capsys.readouterr().err
 
 
+def test_communication_ops_are_refused_off_the_data_parallel_path(tmp_path: Path, library: Library) -> None:
+    from archsim.api import Target, run_trace
+    from archsim.errors import UsageError
+    from archsim.systems import ParallelOptions, replay_system
+
+    trace = read_chakra(_official_et(tmp_path / "rank0.et"))
+    with pytest.raises(UsageError, match="multi-chip system"):
+        run_trace(Target("v100", library.chip("v100")), trace, library)
+    with pytest.raises(UsageError, match="data parallel only"):  # microbatches: the pipelined path
+        replay_system(library.system("dgx1"), "dgx1", trace, 2, library, ParallelOptions())
+
+
 def test_a_trace_with_communication_is_not_written_as_one_chip_s_file(tmp_path: Path) -> None:
     from archsim.errors import UsageError
     from archsim.workloads.traceio import dump_trace
