@@ -15,10 +15,11 @@ library's launch latency comes first. The result gives, as nccl-tests does (doc/
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from archsim.engine.collectives import resolve_algorithm, simulate_collective
+from archsim.engine.parallel import CommPlan
 from archsim.errors import LimitError, UsageError
 from archsim.models.collective_cost import COLLECTIVES, CallPlan, bus_factor, plan_call
 from archsim.models.interconnect import Fabric
@@ -26,6 +27,7 @@ from archsim.run.target import fabric_for
 from archsim.spec.collective_library import CollectiveLibrarySpec
 from archsim.spec.library import Library
 from archsim.spec.system import Algorithm, SystemSpec
+from archsim.workloads.trace import CommOp
 
 MAX_COLLECTIVE_BYTES = 2**40
 """Largest buffer of one call (1 TiB, more than any accelerator's memory)."""
@@ -89,13 +91,51 @@ def gradient_call(
     plan: the protocol the library picks for a full bucket, its fabric and launch latency.
     ``algorithm`` (an explicit ``--collective``) overrides the library's algorithm rules.
     """
-    if software_library is not None:
-        spec: CollectiveLibrarySpec | None = library.collective_library(software_library)
-    else:
-        spec = library.system_collective_library(system)
+    spec = _library_spec(library, system, software_library)
     if spec is None:
         return None
     return plan_call(spec, "all-reduce", bucket_bytes, fabric, algorithm)
+
+
+def _library_spec(library: Library, system: SystemSpec, software_library: str | None) -> CollectiveLibrarySpec | None:
+    """The collective library ``software_library`` names, or else the system's own (None: none)."""
+    if software_library is not None:
+        return library.collective_library(software_library)
+    return library.system_collective_library(system)
+
+
+def comm_planner(
+    library: Library,
+    system: SystemSpec,
+    fabric: Fabric,
+    algorithm: Algorithm | None,
+    software_library: str | None,
+    source: str,
+) -> Callable[[CommOp], CommPlan | None]:
+    """How the collective library (as for :func:`gradient_call`) plans each of a trace's own collectives."""
+    spec = _library_spec(library, system, software_library)
+    return lambda comm: comm_plan(spec, fabric, comm, algorithm, source)
+
+
+def comm_plan(
+    library: CollectiveLibrarySpec | None,
+    fabric: Fabric,
+    comm: CommOp,
+    algorithm: Algorithm | None = None,
+    source: str = "",
+) -> CommPlan | None:
+    """How ``library`` runs one call of a trace's own collective, as :func:`call_time_s` runs it.
+
+    The library's protocol and algorithm for that collective and size on ``fabric`` (the links as they
+    are, before any protocol), its chunk and launch latency; ``algorithm`` (an explicit
+    ``--collective``) overrides its rules. None where there is nothing to plan: no library (the bare
+    links, as the step's other collectives), a send, a receive or a barrier, or an empty buffer.
+    """
+    if library is None or comm.kind.value not in COLLECTIVES or comm.bytes == 0:
+        return None
+    plan = plan_call(library, comm.kind.value, comm.bytes, fabric, algorithm)
+    chosen = resolve_algorithm(plan.algorithm, plan.fabric, source)
+    return CommPlan(plan.fabric, chosen, plan.chunk_bytes, plan.fixed_s)
 
 
 def _check(op: str, sizes: Sequence[int]) -> None:

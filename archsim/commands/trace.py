@@ -90,15 +90,15 @@ def import_trace(args: argparse.Namespace) -> int:
                 "--mode",
                 "a Chakra ET is replayed as recorded: no --mode, --batch, --seq-len, --fusion, --recompute",
             )
-        chakra = read_chakra(args.source, precision)
-        if chakra.comms:
+        trace = read_chakra(args.source, precision)
+        if trace.has_comm:
+            comms = sum(op.kind.is_comm for op in trace.ops)
             raise UsageError(
                 args.source,
                 "",
-                f"{len(chakra.comms)} communication nodes, which a trace file cannot hold; "
+                f"{comms} communication nodes, which a trace file cannot hold; "
                 "replay it with archsim run SYSTEM FILE.et",
             )
-        trace = chakra.trace
     else:
         raise UsageError(args.source, "", "expected an ONNX model (.onnx) or a Chakra ET (.et, .chakra)")
     _write(args.out, write_trace, trace)

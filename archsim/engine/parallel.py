@@ -1,12 +1,14 @@
 """Parallel training steps on a system: compute and communication in one SimPy environment.
 
 **Data parallel** (:func:`data_parallel_step`). Every chip runs the same trace on its own batch, so
-one representative chip's ops are replayed (the same processes as a one-chip replay). Parameter
-gradients are gathered into buckets in the order the backward pass finishes them (a bucket closes
-when it reaches ``bucket_bytes``, PyTorch DDP's default is 25 MiB); a bucket's all-reduce starts when
-its last gradient is written -- while the backward pass goes on -- and buckets are reduced one after
-another (one communication stream, like NCCL's). The optimizer update waits for the last all-reduce.
-With ``overlap`` off every bucket waits for the whole backward pass.
+one representative chip's ops are replayed. The trace's compute ops run as in a one-chip replay (the
+same processes, priced by the chip's cost model); its communication ops
+(:attr:`~archsim.workloads.trace.OpKind.COMM`) run one after another on one communication stream
+(like NCCL's), each once its dependencies have finished, on the system's links: collectives in the
+collective engine, sends and receives on a link of the innermost tier. A compute op that depends on a
+communication op waits for it. Gradient all-reduces are such ops, inserted by
+:func:`archsim.workloads.transforms.with_gradient_all_reduces` (buckets that start while the backward
+pass goes on, an optimizer update that waits for the last); a Chakra trace brings its own.
 
 **Pipeline parallel** (:func:`pipeline_step`). Stage ``s`` runs on chip ``s`` of each pipeline. Each
 stage has a forward and a backward block per microbatch (durations from replaying the stage's ops on
@@ -35,14 +37,16 @@ from archsim.engine.collectives import DEFAULT_CHUNK_BYTES, Collective, Collecti
 from archsim.engine.network import Direction, Lane, LaneId, LinkObserver, RepNetwork, Route
 from archsim.engine.records import Block, BlockKind, CollectiveRecord
 from archsim.engine.replay import OpTiming, schedule_ops
+from archsim.errors import UsageError
 from archsim.models.base import OpCost
-from archsim.models.interconnect import TierKind
-from archsim.models.placement import Placement
+from archsim.models.interconnect import Fabric, TierKind
+from archsim.models.placement import Placement, place
 from archsim.spec.system import Algorithm
-from archsim.workloads.trace import Op, Phase, Role
+from archsim.workloads.trace import CommGroup, CommKind, Op
+from archsim.workloads.transforms import DEFAULT_BUCKET_BYTES
 
-DEFAULT_BUCKET_BYTES = 25 * 2**20
-"""Gradient bucket size (PyTorch DistributedDataParallel's ``bucket_cap_mb`` default, 25 MiB)."""
+COLLECTIVES = frozenset(c.value for c in Collective)
+"""The communication kinds the collective engine runs (by their names)."""
 
 
 class Schedule(enum.StrEnum):
@@ -63,36 +67,6 @@ class CommOptions:
     chunk_bytes: float = DEFAULT_CHUNK_BYTES
     launch_s: float = 0.0
     """Fixed latency of every collective call (the collective library's launch latencies)."""
-
-
-@dataclass(frozen=True)
-class Bucket:
-    """Parameter gradients all-reduced together: their bytes and the ops that write them."""
-
-    bytes: int
-    writers: tuple[int, ...]
-
-
-def gradient_buckets(ops: Sequence[Op], bucket_bytes: int) -> list[Bucket]:
-    """Gradients in the order their last writer appears, packed into buckets of ``bucket_bytes``."""
-    last_writer: dict[str, int] = {}
-    size: dict[str, int] = {}
-    for index, op in enumerate(ops):
-        for t in op.writes:
-            if t.role is Role.GRADIENT:
-                last_writer[t.name] = index
-                size[t.name] = t.bytes
-    buckets: list[Bucket] = []
-    nbytes, writers = 0, set()
-    for name in sorted(last_writer, key=lambda n: (last_writer[n], n)):
-        nbytes += size[name]
-        writers.add(last_writer[name])
-        if nbytes >= bucket_bytes:
-            buckets.append(Bucket(nbytes, tuple(sorted(writers))))
-            nbytes, writers = 0, set()
-    if writers:
-        buckets.append(Bucket(nbytes, tuple(sorted(writers))))
-    return buckets
 
 
 @dataclass
@@ -126,44 +100,155 @@ class DataParallelOutcome:
     comm: CommLog
 
 
+@dataclass(frozen=True)
+class CommPlan:
+    """How one communication op runs when not as the step's gradient all-reduces do.
+
+    A collective library plans each call by its collective and size (:func:`archsim.collective_run.comm_plan`):
+    the fabric as its protocol sees it, the algorithm, the pipelining chunk and the launch latency.
+    """
+
+    fabric: Fabric
+    algorithm: Algorithm
+    chunk_bytes: float
+    launch_s: float
+
+
 def data_parallel_step(
     ops: Sequence[Op],
-    costs: Sequence[OpCost],
+    costs: Sequence[OpCost | None],
     separate_units: bool,
     placement: Placement,
     options: CommOptions,
     issue_overhead_s: float = 0.0,
     observers: Sequence[LinkObserver] = (),
+    plans: Mapping[int, CommPlan] | None = None,
 ) -> DataParallelOutcome:
-    """One data-parallel step: the chip's ops, and its gradient all-reduces overlapping them.
+    """One data-parallel step of ``ops``: compute ops on the chip, communication ops on the links.
 
-    ``observers`` are told of every transfer on a link (statistics, a timeline).
+    ``costs`` are the compute ops' costs from the chip's model (None for a communication op). A
+    communication op runs as ``options`` say unless ``plans`` holds a plan for its index. Plans see
+    the links through their own protocol, so each runs on its own copy of the representative network;
+    the communication stream runs one op at a time, so no two of them ever share a link, and what a
+    copy's lane carries is reported to ``observers`` as the representative network's lane of the same
+    tier and place (statistics, a timeline). The outcome's timings are the compute ops', in trace order.
     """
     env = simpy.Environment()
     net = RepNetwork(env, placement.fabric, observers)
     engine = CollectiveEngine(net, placement, options.chunk_bytes, launch_s=options.launch_s)
-    buckets = gradient_buckets(ops, options.bucket_bytes) if placement.data_parallel > 1 else []
-    comm_done = env.event()
-    updates = [i for i, op in enumerate(ops) if op.phase is Phase.UPDATE]
-    extra: Mapping[int, list[simpy.Event]] = {i: [comm_done] for i in updates} if buckets else {}
-    finished, timings = schedule_ops(env, ops, costs, separate_units, issue_overhead_s, extra)
-    if buckets:
-        hops = sum(engine.check(Collective.ALL_REDUCE, options.algorithm, b.bytes) for b in buckets)
+    comms = [i for i, op in enumerate(ops) if op.comm is not None]
+    _check_comm(ops, comms, placement)
+    compute = [i for i, op in enumerate(ops) if op.comm is None]
+    position = {i: k for k, i in enumerate(compute)}
+    done = {i: env.event() for i in comms}
+    local: list[Op] = []
+    extra: dict[int, list[simpy.Event]] = {}
+    for k, i in enumerate(compute):
+        op = ops[i]
+        deps = tuple(position[d] for d in op.deps if d in position)
+        local.append(op if deps == op.deps else op.with_deps(deps))
+        if len(deps) < len(op.deps):
+            extra[k] = [done[d] for d in op.deps if d not in position]
+    compute_costs = [costs[i] for i in compute]
+    assert all(c is not None for c in compute_costs), "every compute op has a cost"
+    finished, timings = schedule_ops(
+        env, local, [c for c in compute_costs if c is not None], separate_units, issue_overhead_s, extra
+    )
+    engines: dict[CommPlan, CollectiveEngine] = {}
+
+    def runner(i: int) -> tuple[CollectiveEngine, Algorithm]:
+        plan = plans.get(i) if plans is not None else None
+        if plan is None:
+            return engine, options.algorithm
+        if plan not in engines:
+            copy = RepNetwork(env, plan.fabric, [_OnNetwork(net)])
+            placed = place(plan.fabric, placement.stages)
+            engines[plan] = CollectiveEngine(copy, placed, plan.chunk_bytes, launch_s=plan.launch_s)
+        return engines[plan], plan.algorithm
+
+    if comms:
+        hops = 0
+        for i in comms:
+            comm = ops[i].comm
+            if comm is not None and comm.kind.value in COLLECTIVES:
+                on, algorithm = runner(i)
+                hops += on.check(Collective(comm.kind.value), algorithm, comm.bytes)
         check_flat_ring_budget(hops, placement.fabric.system)
-        every_writer = sorted({w for b in buckets for w in b.writers})
+        log = CommLog()
 
         def communicate() -> simpy.events.ProcessGenerator:
-            for k, bucket in enumerate(buckets):
-                writers = bucket.writers if options.overlap else every_writer
-                yield env.all_of([finished[w] for w in writers])
-                yield from engine.run(Collective.ALL_REDUCE, options.algorithm, bucket.bytes, 0, f"all-reduce b{k}")
-            comm_done.succeed()
+            for i in comms:  # one communication stream, in trace order (NCCL's default)
+                op = ops[i]
+                waits = [finished[position[d]] if d in position else done[d] for d in op.deps]
+                if waits:
+                    yield env.all_of(waits)
+                yield from _communicate(*runner(i), log, op)
+                done[i].succeed()
 
         env.process(communicate())
     env.run()
-    done = [t for t in timings if t is not None]
-    assert len(done) == len(ops), "every op of a topologically ordered trace runs"
-    return DataParallelOutcome(done, env.now, CommLog(engine.records, [], net.lanes))
+    complete = [t for t in timings if t is not None]
+    assert len(complete) == len(compute), "every op of a topologically ordered trace runs"
+    every = [engine, *engines.values()]
+    collectives = [r for e in every for r in e.records]
+    for copy in engines.values():  # every lane a copy used, as the representative network's
+        for lane in copy.net.lanes:
+            net.lane(_tier_index(net, lane), lane.id)
+    return DataParallelOutcome(complete, env.now, CommLog(collectives, log.transfers if comms else [], net.lanes))
+
+
+def _tier_index(net: RepNetwork, lane: Lane) -> int:
+    """The index in ``net``'s fabric of the tier ``lane`` (a lane of a copy of ``net``) belongs to."""
+    return next(i for i, tier in enumerate(net.fabric.tiers) if tier.name == lane.tier.name)
+
+
+@dataclass(frozen=True)
+class _OnNetwork:
+    """Observer of a copy of ``net``: reports each transfer to ``net``'s observers on ``net``'s own lane."""
+
+    net: RepNetwork
+
+    def transfer(self, lane: Lane, start_s: float, end_s: float, nbytes: float, label: str) -> None:
+        """Forward the transfer as one on the lane of ``net`` with the same tier and place."""
+        own = self.net.lane(_tier_index(self.net, lane), lane.id)
+        for observer in self.net.observers:
+            observer.transfer(own, start_s, end_s, nbytes, label)
+
+
+def _check_comm(ops: Sequence[Op], comms: Sequence[int], placement: Placement) -> None:
+    """Refuse communication the engine cannot run: a collective it has no algorithm for, a pipelined group."""
+    for i in comms:
+        comm = ops[i].comm
+        assert comm is not None
+        if comm.kind in (CommKind.REDUCE, CommKind.GATHER, CommKind.SCATTER):
+            problem = f"{comm.kind.value} collectives are not simulated (all-reduce, all-gather, reduce-scatter, "
+            raise UsageError(placement.fabric.system, ops[i].name, problem + "broadcast, all-to-all, barrier are)")
+        if comm.group is CommGroup.ALL and placement.stages > 1:
+            raise UsageError(placement.fabric.system, ops[i].name, "a collective over all chips needs one stage")
+
+
+def _communicate(engine: CollectiveEngine, algorithm: Algorithm, log: CommLog, op: Op) -> simpy.events.ProcessGenerator:
+    """Process: one communication op on the representative network.
+
+    A collective over the data-parallel group (or all chips: the same group without pipelining) runs
+    in the collective engine. A barrier takes one hop's latency per tier. A send or a receive moves its
+    bytes over one lane of the innermost tier (by symmetry the peer's lane is the representative's own).
+    """
+    comm = op.comm
+    assert comm is not None
+    env = engine.env
+    if comm.kind.value in COLLECTIVES:
+        yield from engine.run(Collective(comm.kind.value), algorithm, comm.bytes, 0, op.name)
+        return
+    start = env.now
+    fabric = engine.placement.fabric
+    if comm.kind is CommKind.BARRIER:
+        yield env.timeout(sum(tier.latency_s for tier in fabric.tiers))
+    else:
+        tier = fabric.tiers[0]
+        route = engine.net.route(0, [engine.lane_id("m0", tier.kind, tier.lanes, 0)])
+        yield from engine.stream(route, comm.bytes, op.name)
+    log.transfers.append(CollectiveRecord(op.name, 0, comm.bytes, start, env.now))
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from archsim import memory_fit
 from archsim.engine import replay
+from archsim.errors import UsageError
 from archsim.limits import check_trace_ops
 from archsim.models import cost_model_for
 from archsim.models.base import framework_overhead_s
@@ -48,6 +49,8 @@ def replay_on_chip(
     which uses ``rebuild`` to name the largest batch that fits).
     """
     check_trace_ops(len(trace.ops), trace.name)
+    if trace.has_comm:
+        raise UsageError(trace.name, "TARGET", "communication ops need a multi-chip system as the target, not a chip")
     chip = target.chip
     memory_fit.check_needs(chip, streaming, trace, memory_fit.trace_needs, rebuild)
     stack = software if software is not None else default_software(library, chip, is_kernel(trace))

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from archsim.engine.collectives import DEFAULT_CHUNK_BYTES
 from archsim.engine.network import LinkObserver
-from archsim.engine.parallel import DEFAULT_BUCKET_BYTES, CommOptions, Schedule
+from archsim.engine.parallel import CommOptions, CommPlan, Schedule
 from archsim.engine.records import LinkSpans, LinkStatistics
 from archsim.models import cost_model_for
 from archsim.models.base import CostModel, framework_overhead_s
@@ -28,7 +28,8 @@ from archsim.spec.software import SoftwareSpec
 from archsim.spec.system import SystemSpec
 from archsim.workloads.memory import resident_bytes
 from archsim.workloads.options import TraceOptions
-from archsim.workloads.trace import Mode, Trace
+from archsim.workloads.trace import CommOp, Mode, Trace
+from archsim.workloads.transforms import DEFAULT_BUCKET_BYTES
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,8 @@ class SystemContext:
     mode: Mode
     rebuild: Callable[[int, bool], Trace] | None
     software: SoftwareSpec
+    plan_comm: Callable[[CommOp], CommPlan | None]
+    """How the collective library runs one of the trace's own collectives (a Chakra ET's)."""
 
     @property
     def issue_s(self) -> float:

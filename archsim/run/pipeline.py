@@ -9,19 +9,23 @@ activations, gradients and all-reduces between chips in the engine
 from __future__ import annotations
 
 from archsim import memory_fit
-from archsim.engine.parallel import Schedule, StageWork, gradient_buckets, pipeline_step
+from archsim.engine.parallel import Schedule, StageWork, pipeline_step
 from archsim.engine.records import Block, BlockKind, LinkStatistics
 from archsim.engine.replay import OpTiming, replay
+from archsim.errors import UsageError
 from archsim.models.base import OpCost
 from archsim.run.context import RunOutput, SystemContext
 from archsim.run.system_result import system_result, timeline
 from archsim.workloads.memory import resident_bytes
 from archsim.workloads.pipeline import Stage, split_stages, stage_memory_bytes, sub_trace
 from archsim.workloads.trace import Mode, Op, Phase, Trace
+from archsim.workloads.transforms import gradient_buckets
 
 
 def pipelined(context: SystemContext, trace: Trace, microbatches: int) -> RunOutput:
     """One step of ``microbatches`` microbatches of ``trace`` through the context's pipeline stages."""
+    if trace.has_comm:  # a Chakra ET's communication runs on the data-parallel path only
+        raise UsageError(trace.name, "--pipeline-stages", "a trace with communication ops runs data parallel only")
     train = trace.mode is Mode.TRAIN
     staged = stages_of(context, trace, microbatches)
     memory_fit.check_needs(

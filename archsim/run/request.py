@@ -16,7 +16,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from archsim.engine.parallel import DEFAULT_BUCKET_BYTES, Schedule
+from archsim.engine.parallel import Schedule
 from archsim.errors import LimitError, UsageError
 from archsim.limits import MAX_ARGUMENT
 from archsim.spec.common import Fusion, Precision, StreamingMemory
@@ -24,6 +24,7 @@ from archsim.spec.software import SoftwareSpec
 from archsim.stack import check_name, stack_options
 from archsim.workloads.options import TraceOptions
 from archsim.workloads.trace import Mode
+from archsim.workloads.transforms import DEFAULT_BUCKET_BYTES
 
 MAX_NODES = 4096
 """Most copies of a system one run scales out to (the scale-out tier's rings take ``nodes`` steps)."""

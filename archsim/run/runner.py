@@ -99,7 +99,18 @@ def build(request: RunRequest, library: Library) -> BuiltRun:
             trace_options,
         )
     else:
-        trace = build_trace(request.workload, library, request.mode, request.batch, precision, seq_len, trace_options)
+        # a Chakra ET's communication nodes become comm ops on a system (a chip refuses them)
+        communication = target.system is not None
+        trace = build_trace(
+            request.workload,
+            library,
+            request.mode,
+            request.batch,
+            precision,
+            seq_len,
+            trace_options,
+            communication=communication,
+        )
         trace = default_batch_trace(chip, request.streaming, trace, request.batch, rebuild)
     check_trace_ops(len(trace.ops), trace.name)
     return BuiltRun(request, target, trace, microbatches, options, rebuild if "model" in trace.meta else None)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from archsim.collective_run import gradient_call
+from archsim.collective_run import comm_planner, gradient_call
 from archsim.engine.collectives import resolve_algorithm
 from archsim.engine.parallel import CommOptions
 from archsim.engine.records import LinkSpans
@@ -61,6 +61,7 @@ def replay_on_system(
     asked = resolve_algorithm(options.collective, fabric, source) if options.collective not in (None, "auto") else None
     named = options.software.collective_library if options.software is not None else None
     call = gradient_call(library, system, fabric, options.bucket_bytes, asked, named)
+    plans = comm_planner(library, system, fabric, asked, named, source)
     if call is not None:  # the links as the library's protocol for a gradient bucket sees them
         fabric = call.fabric
     placement = place(fabric, options.pipeline_stages, source)
@@ -76,7 +77,7 @@ def replay_on_system(
     )
     spans = LinkSpans() if record else None
     context = SystemContext(
-        system, source, fabric, placement, chip, efficiency, comm, options, spans, trace.mode, rebuild, stack
+        system, source, fabric, placement, chip, efficiency, comm, options, spans, trace.mode, rebuild, stack, plans
     )
     run = data_parallel(context, trace) if microbatches is None else pipelined(context, trace, microbatches)
     return RunOutput(finished(run.result, chip, library, trace), run.timeline)

@@ -37,7 +37,7 @@ except ImportError as err:  # pragma: no cover - depends on the environment
     raise ImportError("archsim.testing.strategies needs hypothesis: pip install 'archsim[testing]'") from err
 
 from archsim.models.interconnect import Fabric, Tier, TierKind
-from archsim.spec.chip import ChipSpec
+from archsim.spec.chip import NOT_PUBLISHED, ChipSpec
 from archsim.spec.common import Precision
 from archsim.spec.library import Library
 from archsim.spec.registry import family_definition
@@ -46,7 +46,7 @@ from archsim.spec.yamlio import validate
 from archsim.testing.fuzz import ODD_VALUES as ODD_VALUES  # re-exported: the fuzz tests read it here
 from archsim.testing.fuzz import builtin_library, descriptions, mutated, mutated_bytes, mutated_text
 from archsim.units import Dimension, parse
-from archsim.workloads.trace import ConvShape, Gemm, Mode, Op, OpKind, Phase, Role, TensorAccess, Trace
+from archsim.workloads.trace import COMPUTE_KINDS, ConvShape, Gemm, Mode, Op, OpKind, Phase, Role, TensorAccess, Trace
 
 __all__ = [
     "any_ops",
@@ -190,9 +190,9 @@ def elementwise_ops(precision: Precision | str = Precision.FP16) -> st.SearchStr
 
 
 def ops(
-    precision: Precision | str = Precision.FP16, kinds: tuple[OpKind | str, ...] = tuple(OpKind)
+    precision: Precision | str = Precision.FP16, kinds: tuple[OpKind | str, ...] = COMPUTE_KINDS
 ) -> st.SearchStrategy[Op]:
-    """An op of any of ``kinds`` (default: every kind)."""
+    """An op of any of ``kinds`` (default: every kind a chip's cost model prices)."""
     choices: list[st.SearchStrategy[Op]] = []
     for kind in map(OpKind, kinds):
         if kind is OpKind.MATMUL:
@@ -233,7 +233,9 @@ def chip_data(draw: st.DrawFn, family: str | None = None, library: Library | Non
     counts its family section's peak is linear in (:attr:`~archsim.spec.registry.FamilySection.peak_counts`),
     every choice of the section (an enum field, such as a systolic array's dataflow), the clock,
     main-memory bandwidth and capacity and efficiency overrides, moving the published peaks by the
-    same factors so that the peak check still holds. A section with in-processor memory (IPU) gets
+    same factors so that the peak check still holds, and a published power limit up with them (a chip
+    with four times the arrays leaks four times as much: at its original TDP its static power alone
+    could pass the limit, which a run refuses). A section with in-processor memory (IPU) gets
     the chip's on-chip capacity set to match.
     """
     library = library or builtin_library()
@@ -260,6 +262,8 @@ def chip_data(draw: st.DrawFn, family: str | None = None, library: Library | Non
     data["clock"] = _quantity(data["clock"], Dimension.FREQUENCY, clock_factor, "Hz")
     peak_factor *= clock_factor
     data["peak"] = {p: _quantity(v, Dimension.THROUGHPUT, peak_factor, "OP/s") for p, v in sorted(data["peak"].items())}
+    if data.get("tdp", NOT_PUBLISHED) != NOT_PUBLISHED:  # a power limit grows with the units it feeds
+        data["tdp"] = _quantity(data["tdp"], Dimension.POWER, max(1.0, peak_factor), "W")
     main = data["memory"]["main"]
     bandwidth_factor = draw(st.floats(min_value=0.25, max_value=4.0))
     main["bandwidth"] = _quantity(main["bandwidth"], Dimension.BANDWIDTH, bandwidth_factor, "B/s")

@@ -147,6 +147,8 @@ def build_trace(
     precision: Precision,
     seq_len: int | None,
     options: TraceOptions | None = None,
+    *,
+    communication: bool = False,
 ) -> Trace:
     """The trace of one step of ``workload`` on one chip.
 
@@ -160,10 +162,12 @@ def build_trace(
     is returned as stored: its mode and precision must equal those asked, and its batch and
     sequence length must equal ``batch`` and ``seq_len`` unless those are None. ``options`` (fusion,
     recomputation; :class:`~archsim.workloads.options.TraceOptions`) apply to every workload that is
-    built here, not to a trace file, which is already built.
+    built here, not to a trace file, which is already built. ``communication`` True keeps a Chakra
+    ET's communication nodes as communication ops (the trace runs data parallel on a system); False
+    refuses an ET that has some.
     Raises UsageError, SpecError or LookupFailed (all :class:`~archsim.errors.ArchsimError`).
     """
-    return _build(workload, library, mode, batch, precision, seq_len, options)[0]
+    return _build(workload, library, mode, batch, precision, seq_len, options, communication=communication)[0]
 
 
 def _build(
@@ -175,6 +179,7 @@ def _build(
     seq_len: int | None,
     options: TraceOptions | None,
     fixed_batch_checked: bool = True,
+    communication: bool = False,
 ) -> tuple[Trace, bool]:
     """:func:`build_trace`, and whether the source's batch is fixed (a file, an inline product).
 
@@ -219,14 +224,12 @@ def _build(
     if is_chakra(workload):
         _built_already(workload, options)
         chakra = read_chakra(workload, precision)
-        if chakra.comms:
-            raise UsageError(
-                workload,
-                "",
-                f"{len(chakra.comms)} communication nodes: replay it on a system (archsim run SYSTEM FILE)",
-            )
+        if chakra.has_comm and not communication:
+            comms = sum(op.kind.is_comm for op in chakra.ops)
+            problem = f"{comms} communication node(s) need a multi-chip system as the target, data parallel only"
+            raise UsageError(workload, "", f"{problem} (archsim run SYSTEM FILE, no --pipeline-stages)")
         checked = batch if fixed_batch_checked else None
-        return _file_trace(chakra.trace, workload, mode, checked, precision, seq_len), True
+        return _file_trace(chakra, workload, mode, checked, precision, seq_len), True
     if workload.endswith((".yaml", ".yml")) or os.sep in workload:
         # read here rather than in Library.find, so that a large trace file is parsed fast, once
         entry = Entry(Path(workload), read_description(Path(workload)))

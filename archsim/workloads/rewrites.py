@@ -30,9 +30,9 @@ from archsim.spec.common import Fusion
 from archsim.spec.software import Rewrite
 from archsim.workloads.fusion import fuse, fuse_epilogues, regroup
 from archsim.workloads.graph import BackwardRule, ForwardGraph
-from archsim.workloads.trace import Gemm, Mode, Op, OpKind, Role
+from archsim.workloads.trace import COMPUTE_KINDS, Gemm, Mode, Op, OpKind, Role
 
-NON_MATRIX = frozenset(kind for kind in OpKind if not kind.is_matrix)
+NON_MATRIX = frozenset(kind for kind in COMPUTE_KINDS if not kind.is_matrix)
 """Kinds that take element-wise epilogues in a training graph."""
 
 

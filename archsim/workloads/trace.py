@@ -14,6 +14,12 @@ Conventions:
   decide how much of that traffic reaches each memory level. For an op with a ``gemm`` view the first
   read is the ``A`` operand (the ``m x k`` side), the second the ``B`` operand (the ``k x n`` side);
   any further reads (a bias, saved statistics) follow.
+* A communication op (kind :attr:`OpKind.COMM`) carries a :class:`CommOp`: what it does (a collective
+  or a send or receive), over which chips and how many bytes; it has no FLOPs and no tensors. Chip
+  cost models never see one: the multi-chip engine runs it on the system's links
+  (:mod:`archsim.engine.parallel`). Built traces hold compute ops only; data parallelism adds its
+  gradient all-reduces as a transform (:mod:`archsim.workloads.transforms`), and a Chakra ET brings
+  its own (:mod:`archsim.workloads.chakra`).
 """
 
 from __future__ import annotations
@@ -41,11 +47,69 @@ class OpKind(enum.StrEnum):
     EMBEDDING = "embedding"
     LOSS = "loss"
     OPTIMIZER = "optimizer"
+    COMM = "comm"
+    """Communication between chips (its :class:`CommOp` says what): priced by the system's links, never
+    by a chip's cost model."""
 
     @property
     def is_matrix(self) -> bool:
         """True for ops that run on the matrix unit (tensor cores, AMP, cube, systolic array)."""
         return self in (OpKind.CONV, OpKind.MATMUL)
+
+    @property
+    def is_comm(self) -> bool:
+        """True for communication ops (see :class:`CommOp`)."""
+        return self is OpKind.COMM
+
+
+COMPUTE_KINDS = tuple(kind for kind in OpKind if not kind.is_comm)
+"""The kinds a chip's cost model prices (every kind but :attr:`OpKind.COMM`)."""
+
+
+class CommKind(enum.StrEnum):
+    """What a communication op does: a collective over its group, or one side of a point-to-point copy."""
+
+    ALL_REDUCE = "all-reduce"
+    ALL_GATHER = "all-gather"
+    REDUCE_SCATTER = "reduce-scatter"
+    BROADCAST = "broadcast"
+    ALL_TO_ALL = "all-to-all"
+    REDUCE = "reduce"
+    GATHER = "gather"
+    SCATTER = "scatter"
+    BARRIER = "barrier"
+    SEND = "send"
+    RECV = "recv"
+
+    @property
+    def is_point_to_point(self) -> bool:
+        """True for a send or a receive (one peer), False for a collective (a group)."""
+        return self in (CommKind.SEND, CommKind.RECV)
+
+
+class CommGroup(enum.StrEnum):
+    """Which chips take part in a communication op.
+
+    ``data-parallel``: the chips that hold replicas of the same stage (all of them without pipelining);
+    ``all``: every chip of the system; ``peer``: one neighbour over the innermost tier (send, receive).
+    """
+
+    DATA_PARALLEL = "data-parallel"
+    ALL = "all"
+    PEER = "peer"
+
+
+@dataclass(frozen=True, slots=True)
+class CommOp:
+    """The communication an op of kind :attr:`OpKind.COMM` does: what, over which chips, how many bytes.
+
+    ``bytes`` is the per-chip buffer as nccl-tests counts it (the whole vector of an all-reduce, the
+    gathered result of an all-gather, the input of a reduce-scatter, what a send moves).
+    """
+
+    kind: CommKind
+    bytes: int
+    group: CommGroup = CommGroup.DATA_PARALLEL
 
 
 class Phase(enum.StrEnum):
@@ -162,6 +226,14 @@ class Op:
     deps: tuple[int, ...] = ()
     gemm: Gemm | None = None
     conv: ConvShape | None = None
+    comm: CommOp | None = None
+    """What a communication op moves (set exactly when ``kind`` is :attr:`OpKind.COMM`)."""
+
+    def with_deps(self, deps: tuple[int, ...]) -> Op:
+        """The same op with other dependencies (for transforms that move ops; faster than ``replace``)."""
+        return Op(
+            self.name, self.kind, self.phase, self.flops, self.reads, self.writes, deps, self.gemm, self.conv, self.comm
+        )
 
     @property
     def bytes_read(self) -> int:
@@ -208,3 +280,10 @@ class Trace:
                 raise ValueError(f"op {index} ({op.name}) depends on a later or invalid op: {op.deps}")
             if op.flops < 0 or any(t.bytes < 0 for t in (*op.reads, *op.writes)):
                 raise ValueError(f"op {index} ({op.name}) has a negative count")
+            if op.kind.is_comm != (op.comm is not None) or (op.comm is not None and op.comm.bytes < 0):
+                raise ValueError(f"op {index} ({op.name}): a comm op, and only one, has a non-negative CommOp")
+
+    @property
+    def has_comm(self) -> bool:
+        """True when some op communicates between chips (the trace needs a system to run on)."""
+        return any(op.kind.is_comm for op in self.ops)

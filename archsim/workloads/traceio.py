@@ -42,7 +42,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictInt, StrictStr, model_validator
 
-from archsim.errors import SpecError
+from archsim.errors import SpecError, UsageError
 from archsim.limits import MAX_DIM, MAX_INT, check_trace_ops
 from archsim.outfile import write_file
 from archsim.spec.common import Count, Name, Precision, Spec
@@ -102,6 +102,8 @@ class OpEntry(Spec):
     def _conv_kind(self) -> OpEntry:
         if self.conv is not None and self.kind is not OpKind.CONV:
             raise ValueError(f"a conv shape is allowed only on {OpKind.CONV.value} ops, this op is {self.kind.value}")
+        if self.kind.is_comm:
+            raise ValueError("a trace file holds one chip's compute ops; communication is not written in one")
         return self
 
 
@@ -327,7 +329,9 @@ def _op_line(op: Op) -> str:
 
 
 def dump_trace(trace: Trace) -> str:
-    """The YAML text of a trace file for ``trace``."""
+    """The YAML text of a trace file for ``trace`` (compute ops only: a trace with communication is refused)."""
+    if trace.has_comm:
+        raise UsageError(trace.name, "", "has communication ops: a trace file holds one chip's compute ops")
     lines = [
         "schema_version: 1",
         "kind: trace",

@@ -26,7 +26,6 @@ from archsim.api import Target, run_trace
 from archsim.baseline import record
 from archsim.baseline.fileio import dump_baseline, read_baseline
 from archsim.baseline.runs import parse_run
-from archsim.chakra_replay import replay_chakra
 from archsim.errors import ArchsimError, UsageError
 from archsim.results.scalesim import run_scalesim
 from archsim.spec.common import Precision
@@ -120,13 +119,13 @@ def _run_onnx(path: Path) -> None:
 
 
 def _run_chakra(path: Path) -> None:
-    chakra = read_chakra(path)
-    if len(chakra.trace.ops) > MAX_OPS_RUN:
+    trace = read_chakra(path)
+    if len(trace.ops) > MAX_OPS_RUN:
         return
-    if chakra.comms:
-        replay_chakra(chakra, "dgx-a100", LIBRARY)
+    if trace.has_comm:
+        simulate("dgx-a100", str(path), library=LIBRARY)
     else:
-        run_trace(Target("v100", LIBRARY.chip("v100")), chakra.trace, LIBRARY)
+        run_trace(Target("v100", LIBRARY.chip("v100")), trace, LIBRARY)
 
 
 def _library_seeds(kind: str) -> list[str]:

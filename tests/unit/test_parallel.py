@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
+from archsim.engine.collectives import simulate_collective
 from archsim.engine.network import Direction, LaneId
 from archsim.engine.parallel import (
     CommOptions,
+    CommPlan,
     Schedule,
     StageWork,
     data_parallel_step,
-    gradient_buckets,
     pipeline_step,
     stage_order,
 )
@@ -27,7 +29,8 @@ from archsim.spec.library import Library
 from archsim.spec.system import Algorithm
 from archsim.stack import default_efficiency
 from archsim.workloads import build_trace
-from archsim.workloads.trace import Mode, Role, Trace
+from archsim.workloads.trace import CommGroup, CommKind, Mode, Role, Trace
+from archsim.workloads.transforms import comm_op, gradient_buckets, with_gradient_all_reduces
 
 HIER = CommOptions(Algorithm.HIERARCHICAL)
 
@@ -66,14 +69,20 @@ def test_one_replica_is_the_single_chip_replay(library: Library, v100_resnet: tu
     assert one.comm.collectives == []
 
 
+def _aligned(step: Trace, costs: list[OpCost]) -> list[OpCost | None]:
+    """The compute ops' costs at their positions in ``step`` (None at its communication ops)."""
+    priced = iter(costs)
+    return [None if op.comm is not None else next(priced) for op in step.ops]
+
+
 def test_overlap_hides_communication(v100_resnet: tuple[Trace, list[OpCost], bool]) -> None:
     trace, costs, separate = v100_resnet
     placement = place(ring_fabric(8, gbps=2.0), 1)
     compute = sum(c.time_s for c in costs)  # V100: one shared unit, no issue cost here
-    overlapped = data_parallel_step(trace.ops, costs, separate, placement, HIER)
-    serial = data_parallel_step(
-        trace.ops, costs, separate, placement, CommOptions(Algorithm.HIERARCHICAL, overlap=False)
-    )
+    step = with_gradient_all_reduces(trace, HIER.bucket_bytes)
+    serial_step = with_gradient_all_reduces(trace, HIER.bucket_bytes, overlap=False)
+    overlapped = data_parallel_step(step.ops, _aligned(step, costs), separate, placement, HIER)
+    serial = data_parallel_step(serial_step.ops, _aligned(serial_step, costs), separate, placement, HIER)
     comm = overlapped.comm.busy_s()
     assert comm > 0
     assert len(overlapped.comm.collectives) == len(gradient_buckets(trace.ops, HIER.bucket_bytes))
@@ -123,8 +132,9 @@ def test_link_observers_see_every_transfer(v100_resnet: tuple[Trace, list[OpCost
     trace, costs, separate = v100_resnet
     placement = place(ring_fabric(8, gbps=2.0), 1)
     statistics, spans = LinkStatistics(), LinkSpans()
-    watched = data_parallel_step(trace.ops, costs, separate, placement, HIER, 0.0, [statistics, spans])
-    unwatched = data_parallel_step(trace.ops, costs, separate, placement, HIER)
+    step = with_gradient_all_reduces(trace, HIER.bucket_bytes)
+    watched = data_parallel_step(step.ops, _aligned(step, costs), separate, placement, HIER, 0.0, [statistics, spans])
+    unwatched = data_parallel_step(step.ops, _aligned(step, costs), separate, placement, HIER)
     assert watched.end_s == unwatched.end_s  # observing changes nothing
     assert watched.comm.collectives == unwatched.comm.collectives
     used = [lane for lane in watched.comm.lanes if statistics.busy_s.get(lane, 0.0) > 0]
@@ -135,3 +145,54 @@ def test_link_observers_see_every_transfer(v100_resnet: tuple[Trace, list[OpCost
         assert statistics.bytes[lane] > 0
     assert {lane.id.direction for lane in used} <= {Direction.PLUS, Direction.MINUS}
     assert str(LaneId("m0", Direction.PLUS, 1)) == "m0 +1"
+
+
+def _comm_trace(library: Library, nbytes: int, kind: CommKind) -> tuple[Trace, list[OpCost | None]]:
+    """A product, a communication op waiting for it, then a product waiting for the communication."""
+    gemm = build_trace("gemm:512x512x512", library, Mode.INFER, None, Precision.FP16, None).ops[0]
+    ops = (gemm, comm_op("c", kind, nbytes, (0,), CommGroup.DATA_PARALLEL), replace(gemm, name="after", deps=(1,)))
+    trace = Trace("t", Mode.INFER, 1, Precision.FP16, ops, 0, 0)
+    chip = library.chip("v100")
+    model = cost_model_for(chip, default_efficiency(library, chip), trace.precision, 0)
+    cost = model.cost(gemm)
+    return trace, [cost, None, cost]
+
+
+def test_a_communication_op_runs_on_the_links_between_the_ops_around_it(library: Library) -> None:
+    fabric = ring_fabric(8)
+    trace, costs = _comm_trace(library, 8 * 2**20, CommKind.ALL_GATHER)
+    trace.check()
+    outcome = data_parallel_step(trace.ops, costs, False, place(fabric, 1), HIER)
+    before, after = outcome.timings
+    (record,) = outcome.comm.collectives
+    start, end = record.start_s, record.end_s
+    assert (record.name, record.stage, record.bytes) == ("c", 0, 8 * 2**20)
+    assert start == before.end_s and after.start_s == end
+    alone = simulate_collective(fabric, "all-gather", 8 * 2**20, Algorithm.HIERARCHICAL).time_s
+    assert end - start == pytest.approx(alone, rel=1e-12)
+    assert outcome.end_s == pytest.approx(after.end_s)
+
+
+def test_a_planned_collective_runs_as_its_plan_on_its_own_copy_of_the_links(library: Library) -> None:
+    fabric, slower = ring_fabric(8), ring_fabric(8, gbps=5.0)
+    trace, costs = _comm_trace(library, 8 * 2**20, CommKind.ALL_REDUCE)
+    plan = CommPlan(slower, Algorithm.RING, 2**20, launch_s=1e-5)
+    statistics = LinkStatistics()
+    outcome = data_parallel_step(trace.ops, costs, False, place(fabric, 1), HIER, 0.0, [statistics], plans={1: plan})
+    (record,) = outcome.comm.collectives
+    start, end = record.start_s, record.end_s
+    alone = simulate_collective(slower, "all-reduce", 8 * 2**20, Algorithm.RING, chunk_bytes=2**20, launch_s=1e-5)
+    assert end - start == pytest.approx(alone.time_s, rel=1e-12)
+    carried = {name: nbytes for name, nbytes, _ in alone.lanes}
+    assert {lane.name: statistics.bytes.get(lane, 0.0) for lane in outcome.comm.lanes} == pytest.approx(carried)
+
+
+def test_a_send_crosses_one_innermost_link(library: Library) -> None:
+    fabric = ring_fabric(8, gbps=10.0)
+    trace, costs = _comm_trace(library, 2**20, CommKind.SEND)
+    outcome = data_parallel_step(trace.ops, costs, False, place(fabric, 1), HIER)
+    (record,) = outcome.comm.transfers
+    start, end = record.start_s, record.end_s
+    assert (record.name, record.bytes) == ("c", 2**20)
+    assert end - start == pytest.approx(2**20 / 10e9 + 1e-6, rel=1e-12)
+    assert outcome.timings[1].start_s == end

@@ -142,6 +142,7 @@ def ops_data() -> list[dict]:
         (lambda ops: ops[0]["reads"][0].update(bytes=-2), "ops[0].reads[0].bytes", "greater than or equal to 0"),
         (lambda ops: ops[0]["gemm"].pop("k"), "ops[0].gemm.k", "missing required field"),
         (lambda ops: ops[1].update(conv=ops[0]["conv"]), "ops[1]", "only on conv2d"),
+        (lambda ops: ops[1].update(kind="comm"), "ops[1]", "communication is not written"),
     ],
 )
 def test_bad_ops_name_the_field(tmp_path: Path, change: object, field: str, problem: str) -> None:
