@@ -8,10 +8,10 @@ already produced (:class:`archsim.models.base.OpCost` and the op itself):
 * the matrix unit's operand traffic through its registers: the MACs times the bits each MAC moves
   through them (:func:`operand_bits_per_mac`, from the unit's published shape), at the register energy
   per bit;
-* the op's main-memory bytes times the memory technology's energy per bit (an interface figure:
-  HBM, DDR), plus the same bytes written into and read back out of an on-chip SRAM buffer once each
-  (``2 x bytes`` at the SRAM energy per bit), the staging every family does between memory and its
-  compute units.
+* the op's main-memory bytes times the memory technology's ``energy_per_bit`` (an interface figure
+  for HBM or DDR, given in ``memory/*.yaml``), plus the same bytes written into and read back out
+  of an on-chip SRAM buffer once each (``2 x bytes`` at the SRAM energy per bit), the staging every
+  family does between memory and its compute units.
 
 Instruction issue, clock distribution, caches between SRAM and main memory (L2) and wires are not
 counted: no cost model produces those counts, so the dynamic energy is a lower bound of what the
@@ -170,17 +170,17 @@ def die_area(chip: ChipSpec, tech: EnergySpec, original: ChipSpec | None = None)
 
 
 def chip_energy(
-    chip: ChipSpec, tech: EnergySpec, precision: Precision, source: str = "", original: ChipSpec | None = None
+    chip: ChipSpec,
+    tech: EnergySpec,
+    precision: Precision,
+    dram_bit_j: float,
+    original: ChipSpec | None = None,
 ) -> ChipEnergy:
     """Resolve ``chip``'s per-action energies at ``precision`` from ``tech`` (node-scaled).
 
-    ``original`` is the description ``chip`` varies, if any (see :func:`die_area`). A main-memory
-    technology ``tech`` has no energy for is a :class:`SpecError` naming the file (``source``) and field.
+    ``dram_bit_j`` is the ``energy_per_bit`` of the chip's main-memory technology (an interface
+    figure, not scaled). ``original`` is the description ``chip`` varies, if any (see :func:`die_area`).
     """
-    memory = chip.memory.main.technology
-    if memory not in tech.memory:
-        known = ", ".join(sorted(tech.memory))
-        raise SpecError(source or tech.name, f"memory.{memory}", f"no energy per bit (known: {known})")
     energy_scale = process_nm(chip, tech) / tech.reference_node
     area, area_source = die_area(chip, tech, original)
     return ChipEnergy(
@@ -188,20 +188,11 @@ def chip_energy(
         vector_op_j=tech.vector_op[precision] * energy_scale,
         register_mac_j=operand_bits_per_mac(chip, precision) * tech.register_read * energy_scale,
         sram_bit_j=tech.sram_read * energy_scale,
-        dram_bit_j=tech.memory[memory],
+        dram_bit_j=dram_bit_j,
         area_mm2=area,
         area_source=area_source,
         static_w=tech.static_power_density * area,
     )
-
-
-def link_bit_j(tech: EnergySpec, link: str, source: str = "") -> float:
-    """Energy of one bit over a link type; a link ``tech`` has no energy for is a SpecError."""
-    if link not in tech.link:
-        raise SpecError(
-            source or tech.name, f"link.{link}", f"no energy per bit (known: {', '.join(sorted(tech.link))})"
-        )
-    return tech.link[link]
 
 
 @dataclass(frozen=True, slots=True)

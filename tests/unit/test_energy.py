@@ -21,11 +21,13 @@ ENERGY_FILE = next(r for r in builtin_roots() if r.name == "energy") / "cmos.yam
 
 
 def test_every_builtin_memory_and_link_has_a_sourced_energy(library: Library) -> None:
-    tech = library.energy()
     for entry in library.entries("chip"):
-        assert library.chip(entry.name).memory.main.technology in tech.memory, entry.name
+        memory = library.find(["memory"], library.chip(entry.name).memory.main.technology)
+        assert library.spec(memory).energy_per_bit > 0, entry.name
+        assert "energy_per_bit" in memory.data["sources"], memory.source
     for entry in library.entries("link"):
-        assert entry.name in tech.link, entry.name
+        assert library.link(entry.name).energy_per_bit > 0, entry.name
+        assert "energy_per_bit" in entry.data["sources"], entry.source
     data = yaml.safe_load(ENERGY_FILE.read_text())
     paths = [
         key for key, value in data.items() if isinstance(value, str) and key not in ("name", "kind", "description")
@@ -38,11 +40,13 @@ def test_every_builtin_memory_and_link_has_a_sourced_energy(library: Library) ->
 
 def test_energies_scale_with_the_node_and_memory_energy_does_not(library: Library) -> None:
     tech = library.energy()
-    v100 = chip_energy(library.chip("v100"), tech, Precision.FP16)
-    h100 = chip_energy(library.chip("h100"), tech, Precision.FP16)
+    hbm2 = library.memory("hbm2").energy_per_bit
+    assert hbm2 is not None
+    v100 = chip_energy(library.chip("v100"), tech, Precision.FP16, hbm2)
+    h100 = chip_energy(library.chip("h100"), tech, Precision.FP16, hbm2)
     assert v100.mac_j == pytest.approx(tech.mac[Precision.FP16] * 12 / 45)
     assert h100.mac_j == pytest.approx(tech.mac[Precision.FP16] * 4 / 45)
-    assert v100.dram_bit_j == h100.dram_bit_j == tech.memory["hbm2"]
+    assert v100.dram_bit_j == h100.dram_bit_j == hbm2
     # a published die area is used as published, and static power follows it
     assert (v100.area_mm2, v100.area_source) == (815.0, "published")
     assert v100.static_w == pytest.approx(815.0 * tech.static_power_density)
@@ -62,7 +66,7 @@ def test_register_traffic_per_mac_follows_the_matrix_units_shape(library: Librar
 def test_modelled_area_grows_with_the_array_and_the_sram(library: Library) -> None:
     tech = library.energy()
     chip = library.chip("systolic-32x32")
-    assert chip_energy(chip, tech, Precision.FP16).area_source == "modelled"
+    assert chip_energy(chip, tech, Precision.FP16, 0.0).area_source == "modelled"
     areas = []
     for side in (32, 64, 128, 256):
         section = chip.systolic.model_copy(update={"array_rows": side, "array_cols": side})  # type: ignore[union-attr]
@@ -114,14 +118,31 @@ def test_multichip_energy_counts_every_chip_and_the_links(multichip_run: RunResu
     assert run.energy_per_sample_j == pytest.approx(run.energy_j / run.global_batch)
 
 
-def test_a_memory_without_an_energy_is_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    data = yaml.safe_load(ENERGY_FILE.read_text())
-    del data["memory"]["hbm2"]
-    (tmp_path / "cmos.yaml").write_text(yaml.safe_dump(data))
+@pytest.mark.parametrize(("kind", "name", "target"), [("memory", "hbm2", "v100"), ("interconnect", "nvlink2", "dgx1")])
+def test_a_memory_or_link_without_an_energy_is_one_line_error(
+    kind: str, name: str, target: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    builtin = next(r for r in builtin_roots() if r.name == kind) / f"{name}.yaml"
+    data = yaml.safe_load(builtin.read_text())
+    del data["energy_per_bit"]
+    (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(data))
+    code = main(["run", "--lib", str(tmp_path), target, "resnet50", "--mode", "train", "--batch", "8", "--json"])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    assert captured.err.startswith("archsim: error: ") and f"{name}.yaml: energy_per_bit: needed" in captured.err
+    assert captured.err.count("\n") == 1
+
+
+@pytest.mark.parametrize("value", ["3.9", "3.9 GB/s", "-1 pJ/bit"])
+def test_a_bad_energy_per_bit_is_one_line_error(value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    builtin = next(r for r in builtin_roots() if r.name == "memory") / "hbm2.yaml"
+    data = yaml.safe_load(builtin.read_text())
+    data["energy_per_bit"] = value
+    (tmp_path / "hbm2.yaml").write_text(yaml.safe_dump(data))
     code = main(["run", "--lib", str(tmp_path), "v100", "gemm:64x64x64", "--json"])
     captured = capsys.readouterr()
     assert code == 2 and captured.out == ""
-    assert captured.err.startswith("archsim: error: ") and "cmos.yaml: memory.hbm2: no energy per bit" in captured.err
+    assert captured.err.startswith("archsim: error: ") and "hbm2.yaml: energy_per_bit: " in captured.err
     assert captured.err.count("\n") == 1
 
 
