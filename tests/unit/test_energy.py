@@ -214,3 +214,44 @@ def test_energy_per_token_divides_a_sequence_by_its_length(library: Library) -> 
     run = simulate("v100", "bert-base", batch=2, seq_len=64, library=library)
     assert run.energy_per_token_j == pytest.approx(run.energy_per_sample_j / 64)
     assert simulate("v100", "gemm:64x64x64", library=library).energy_per_token_j is None
+
+
+def test_every_gpu_on_a_dense_gemm_stays_within_its_tdp(library: Library) -> None:
+    # the physical bound: a GPU's modelled average power never passes its TDP, throttled or not
+    gpus = [e.name for e in library.entries("chip") if e.data["family"] == "tensorcore"]
+    assert len(gpus) >= 10
+    for name in gpus:
+        tdp = library.chip(name).tdp_w
+        assert tdp is not None, name
+        run = simulate(name, "gemm:8192x8192x8192", library=library)
+        assert run.static_power_w < run.power_w <= tdp * (1 + 1e-9), name
+        assert run.power_w <= run.peak_power_w, name
+        assert run.energy_j == pytest.approx(run.power_w * run.step_time_s), name
+        assert 0.0 < run.clock_scale <= 1.0, name
+        if run.clock_scale < 1.0:
+            assert run.power_w == pytest.approx(tdp), name
+
+
+def test_cli_json_reports_power_energy_and_a_throttled_clock(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    builtin = next(r for r in builtin_roots() if r.name == "chips") / "v100-16gb.yaml"
+    data = yaml.safe_load(builtin.read_text())
+    args = ["run", "--lib", str(tmp_path), "v100", "gemm:8192x8192x8192"]
+    assert main([*args, "--json"]) == 0
+    nominal = json.loads(capsys.readouterr().out)
+    assert nominal["clock_scale"] == 1.0 and nominal["power_w"] < 300.0
+    data["tdp"] = "100 W"  # below the modelled power: the clock must give way
+    (tmp_path / "v100-16gb.yaml").write_text(yaml.safe_dump(data))
+    assert main([*args, "--json"]) == 0
+    capped = json.loads(capsys.readouterr().out)
+    assert capped["power_w"] == pytest.approx(100.0)
+    # at fixed voltage each action keeps its energy: the dynamic power shrinks with the clock
+    static = nominal["static_power_w"]
+    assert capped["clock_scale"] == pytest.approx((100.0 - static) / (nominal["power_w"] - static))
+    assert capped["clock_scale"] < 1.0
+    assert capped["energy_j"] == pytest.approx(capped["power_w"] * capped["step_time_s"])
+    assert capped["step_time_s"] == pytest.approx(nominal["step_time_s"] / capped["clock_scale"])
+    assert capped["energy_breakdown_j"]["compute"] == pytest.approx(nominal["energy_breakdown_j"]["compute"])
+    assert main(args) == 0
+    assert f"clock throttled to {100 * capped['clock_scale']:.1f}% by the TDP" in capsys.readouterr().out
