@@ -43,6 +43,10 @@ class EnergySpec(Spec):
     """Silicon of one MAC unit (multiplier and adder) at the reference node."""
     sram_bit_area: Area
     """Silicon of one SRAM bit (bitcell) at the reference node."""
+    transistor_area: dict[Length, Area]
+    """Die area per transistor of shipped dies, by process node: the whole die (logic, SRAM, I/O,
+    wiring) over its transistor count. Estimates the die of a chip that publishes its transistors
+    but not its area (see :func:`archsim.models.energy.die_area`)."""
     static_power_density: PowerDensity
     """Leakage and idle power of one mm^2 of die, whatever the node (static power = density x area)."""
     sources: dict[str, str]

@@ -11,7 +11,13 @@ import yaml
 from archsim import simulate
 from archsim.cli import main
 from archsim.errors import SpecError
-from archsim.models.energy import chip_energy, modelled_area_mm2, operand_bits_per_mac, throttle
+from archsim.models.energy import (
+    chip_energy,
+    modelled_area_mm2,
+    operand_bits_per_mac,
+    throttle,
+    transistor_area_mm2,
+)
 from archsim.results.records import RunResult
 from archsim.spec.common import Precision
 from archsim.spec.library import Library, builtin_roots
@@ -255,3 +261,20 @@ def test_cli_json_reports_power_energy_and_a_throttled_clock(
     assert capped["energy_breakdown_j"]["compute"] == pytest.approx(nominal["energy_breakdown_j"]["compute"])
     assert main(args) == 0
     assert f"clock throttled to {100 * capped['clock_scale']:.1f}% by the TDP" in capsys.readouterr().out
+
+
+def test_a_die_without_a_published_area_is_estimated_from_its_transistors(library: Library) -> None:
+    tech = library.energy()
+    b200 = library.chip("b200")
+    energy = chip_energy(b200, tech, Precision.FP16, 0.0)
+    assert energy.area_source == "from transistors"
+    assert energy.area_mm2 == pytest.approx(208e9 * tech.transistor_area[4.0])
+    assert energy.static_w == pytest.approx(energy.area_mm2 * tech.static_power_density)
+    assert transistor_area_mm2(library.chip("h100"), tech) == pytest.approx(814.0, rel=1e-3)
+    mi300x = library.chip("mi300x")  # 5 nm: between the 4 nm and 7 nm figures
+    per_transistor = (transistor_area_mm2(mi300x, tech) or 0.0) / 153e9
+    assert tech.transistor_area[4.0] < per_transistor < tech.transistor_area[7.0]
+    assert chip_energy(library.chip("tpu-v4"), tech, Precision.FP16, 0.0).area_source == "modelled"
+    section = b200.tensorcore.model_copy(update={"sm_count": 2 * b200.tensorcore.sm_count})  # type: ignore[union-attr]
+    bigger = chip_energy(b200.model_copy(update={"tensorcore": section}), tech, Precision.FP16, 0.0, b200)
+    assert bigger.area_source == "from transistors, resized" and bigger.area_mm2 > energy.area_mm2
