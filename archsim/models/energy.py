@@ -8,10 +8,10 @@ already produced (:class:`archsim.models.base.OpCost` and the op itself):
 * the matrix unit's operand traffic through its registers: the MACs times the bits each MAC moves
   through them (:func:`operand_bits_per_mac`, from the unit's published shape), at the register energy
   per bit;
-* the op's main-memory bytes times the memory technology's energy per bit (an interface figure:
-  HBM, DDR), plus the same bytes written into and read back out of an on-chip SRAM buffer once each
-  (``2 x bytes`` at the SRAM energy per bit), the staging every family does between memory and its
-  compute units.
+* the op's main-memory bytes times the memory technology's ``energy_per_bit`` (an interface figure
+  for HBM or DDR, given in ``memory/*.yaml``), plus the same bytes written into and read back out
+  of an on-chip SRAM buffer once each (``2 x bytes`` at the SRAM energy per bit), the staging every
+  family does between memory and its compute units.
 
 Instruction issue, clock distribution, caches between SRAM and main memory (L2) and wires are not
 counted: no cost model produces those counts, so the dynamic energy is a lower bound of what the
@@ -22,11 +22,13 @@ silicon spends.
 size while the supply voltage, about 0.9 V at 45 nm, has stopped scaling; Horowitz ISSCC 2014), and
 an area is ``A x (L / L_ref)^2``. A chip whose process is not published is priced at ``default_node``.
 
-**Area.** The published die area where there is one; otherwise the modelled area: MAC units (one per
-whole-chip MAC per clock at the chip's default precision) plus on-chip SRAM bitcells (see
-:func:`onchip_memory_bytes`), each at the node's area. I/O and wiring are not modelled, so a
-modelled area is a lower bound; it grows with the array and the SRAM, as does static power. A variant
-of a chip with a published area (a sweep's) has that area plus the change in modelled area.
+**Area.** The published die area where there is one; else, where the chip publishes its transistor
+count, that count at the die area per transistor of shipped dies of its node (whole dies: logic,
+SRAM, I/O and wiring); otherwise the modelled area: MAC units (one per whole-chip MAC per clock at
+the chip's default precision) plus on-chip SRAM bitcells (see :func:`onchip_memory_bytes`), each at
+the node's area. I/O and wiring are not modelled, so a modelled area is a lower bound; it grows with
+the array and the SRAM, as does static power. A variant of a chip with a published or estimated
+whole-die area (a sweep's) has that area plus the change in modelled area.
 
 **Static power** (leakage and idle clocking) is ``static_power_density x area`` while the chip is
 powered, the whole step.
@@ -34,6 +36,7 @@ powered, the whole step.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from archsim.errors import SpecError
@@ -103,7 +106,7 @@ class ChipEnergy:
     dram_bit_j: float
     area_mm2: float
     area_source: str
-    """How ``area_mm2`` was found: ``published``, ``published, resized`` or ``modelled`` (:func:`die_area`)."""
+    """How ``area_mm2`` was found: ``published``, ``from transistors``, either ``, resized``, or ``modelled``."""
     static_w: float
 
     @property
@@ -138,36 +141,68 @@ class OpEnergy:
         return self.compute_j + self.register_j + self.sram_j + self.dram_j
 
 
+def transistor_area_mm2(chip: ChipSpec, tech: EnergySpec) -> float | None:
+    """Die area estimated from the chip's published transistor count, or None without one.
+
+    Each transistor takes the die area per transistor of shipped dies at the chip's node
+    (``tech.transistor_area``; between two nodes of the table, interpolated on log scales; outside
+    it, the nearest node's figure). None when the chip publishes no transistors or no node.
+    """
+    table = tech.transistor_area
+    if chip.transistors is None or not isinstance(chip.process, float) or not table:
+        return None
+    nodes = sorted(table)
+    node = min(max(chip.process, nodes[0]), nodes[-1])
+    below = max(n for n in nodes if n <= node)
+    above = min(n for n in nodes if n >= node)
+    if below == above:
+        return float(chip.transistors * table[below])
+    weight = math.log(node / below) / math.log(above / below)
+    per_transistor = table[below] * (table[above] / table[below]) ** weight
+    return float(chip.transistors * per_transistor)
+
+
+def _whole_die(chip: ChipSpec, tech: EnergySpec) -> tuple[float, str] | None:
+    """The die's area from a published figure, else from its transistors, else None."""
+    if isinstance(chip.die_area, float):
+        return chip.die_area, "published"
+    estimate = transistor_area_mm2(chip, tech)
+    if estimate is None:
+        return None
+    return max(estimate, modelled_area_mm2(chip, tech)), "from transistors"
+
+
 def die_area(chip: ChipSpec, tech: EnergySpec, original: ChipSpec | None = None) -> tuple[float, str]:
     """The chip's die area (mm^2) and how it was found.
 
-    ``published``: the chip's published die area. ``published, resized``: ``chip`` is a variant of
-    ``original`` (a sweep's, say) whose modelled area differs, so the published area of ``original``
-    changes by the difference in modelled area (the silicon added or removed). ``modelled``: no
-    published area, :func:`modelled_area_mm2`.
+    ``published``: the chip's published die area. ``from transistors``: no published area, but a
+    published transistor count, at the area per transistor of its node (:func:`transistor_area_mm2`).
+    ``..., resized``: ``chip`` is a variant of ``original`` (a sweep's, say) whose modelled area
+    differs, so the whole die's area changes by the difference in modelled area (the silicon added
+    or removed). ``modelled``: neither, :func:`modelled_area_mm2`.
     """
-    if not isinstance(chip.die_area, float):
+    whole = _whole_die(chip, tech)
+    if whole is None:
         return modelled_area_mm2(chip, tech), "modelled"
-    if original is None:
-        return chip.die_area, "published"
-    change = modelled_area_mm2(chip, tech) - modelled_area_mm2(original, tech)
+    area, source = whole
+    change = 0.0 if original is None else modelled_area_mm2(chip, tech) - modelled_area_mm2(original, tech)
     if change == 0.0:
-        return chip.die_area, "published"
-    return max(chip.die_area + change, modelled_area_mm2(chip, tech)), "published, resized"
+        return area, source
+    return max(area + change, modelled_area_mm2(chip, tech)), f"{source}, resized"
 
 
 def chip_energy(
-    chip: ChipSpec, tech: EnergySpec, precision: Precision, source: str = "", original: ChipSpec | None = None
+    chip: ChipSpec,
+    tech: EnergySpec,
+    precision: Precision,
+    dram_bit_j: float,
+    original: ChipSpec | None = None,
 ) -> ChipEnergy:
     """Resolve ``chip``'s per-action energies at ``precision`` from ``tech`` (node-scaled).
 
-    ``original`` is the description ``chip`` varies, if any (see :func:`die_area`). A main-memory
-    technology ``tech`` has no energy for is a :class:`SpecError` naming the file (``source``) and field.
+    ``dram_bit_j`` is the ``energy_per_bit`` of the chip's main-memory technology (an interface
+    figure, not scaled). ``original`` is the description ``chip`` varies, if any (see :func:`die_area`).
     """
-    memory = chip.memory.main.technology
-    if memory not in tech.memory:
-        known = ", ".join(sorted(tech.memory))
-        raise SpecError(source or tech.name, f"memory.{memory}", f"no energy per bit (known: {known})")
     energy_scale = process_nm(chip, tech) / tech.reference_node
     area, area_source = die_area(chip, tech, original)
     return ChipEnergy(
@@ -175,20 +210,11 @@ def chip_energy(
         vector_op_j=tech.vector_op[precision] * energy_scale,
         register_mac_j=operand_bits_per_mac(chip, precision) * tech.register_read * energy_scale,
         sram_bit_j=tech.sram_read * energy_scale,
-        dram_bit_j=tech.memory[memory],
+        dram_bit_j=dram_bit_j,
         area_mm2=area,
         area_source=area_source,
         static_w=tech.static_power_density * area,
     )
-
-
-def link_bit_j(tech: EnergySpec, link: str, source: str = "") -> float:
-    """Energy of one bit over a link type; a link ``tech`` has no energy for is a SpecError."""
-    if link not in tech.link:
-        raise SpecError(
-            source or tech.name, f"link.{link}", f"no energy per bit (known: {', '.join(sorted(tech.link))})"
-        )
-    return tech.link[link]
 
 
 @dataclass(frozen=True, slots=True)

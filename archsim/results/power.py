@@ -2,24 +2,30 @@
 
 :func:`with_energy` takes a finished :class:`RunResult` and fills its energy fields from the counts
 it already holds: each layer's FLOPs, unit and main-memory bytes, each link class's bytes, and the
-step time. On a multi-chip system the layers are the representative chip's (one microbatch, every
-stage once), so their energy is scaled by the chip's share of the step's FLOPs; each chip is taken
-to drive one link of every link class the step used. When the chip's average power would pass its
+step time. Main-memory and link bits are priced at the ``energy_per_bit`` of the chip's memory
+technology and of each link type, which :func:`priced` reads from the library; a description used
+by the run without that field is refused in one line naming its file. On a multi-chip system the
+layers are the representative chip's (one microbatch, every stage once), so their energy is scaled
+by the chip's share of the step's FLOPs; each chip is taken to drive one link of every link class
+the step used. When the chip's average power would pass its
 published TDP the clock throttles (:func:`archsim.models.energy.throttle`) and the step's times,
 throughput and utilization say so through ``clock_scale``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
-from archsim.errors import LookupFailed
-from archsim.models.energy import BITS_PER_BYTE, ChipEnergy, chip_energy, link_bit_j, throttle
+from archsim.errors import LookupFailed, SpecError
+from archsim.models.energy import BITS_PER_BYTE, ChipEnergy, chip_energy, throttle
 from archsim.results.records import LayerRecord, Normalized, RunResult
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Precision
 from archsim.spec.energy import EnergySpec
 from archsim.spec.library import Library
+from archsim.spec.link import LinkSpec
+from archsim.spec.memory import MemorySpec
 from archsim.spec.yamlio import validate
 
 TECHNOLOGY = "cmos"
@@ -52,19 +58,26 @@ def _per_token(result: RunResult, per_sample_j: float) -> float | None:
 
 
 def with_energy(
-    result: RunResult, chip: ChipSpec, tech: EnergySpec, source: str = "", original: ChipSpec | None = None
+    result: RunResult,
+    chip: ChipSpec,
+    tech: EnergySpec,
+    dram_bit_j: float,
+    link_bit_j: Mapping[str, float],
+    original: ChipSpec | None = None,
 ) -> RunResult:
     """``result`` with energy per step, power per chip, area and the power-normalized throughputs.
 
-    ``original``: the description ``chip`` is a variant of, if any (see :func:`archsim.models.energy.die_area`).
+    ``dram_bit_j``: energy per bit of the chip's main memory; ``link_bit_j``: energy per bit of each
+    link type the run used, by name. ``original``: the description ``chip`` is a variant of, if any
+    (see :func:`archsim.models.energy.die_area`).
     """
-    energy = chip_energy(chip, tech, Precision(result.precision), source, original)
+    energy = chip_energy(chip, tech, Precision(result.precision), dram_bit_j, original)
     layers, parts = _layer_energy(energy, result.layers)
     recorded_flops = sum(layer.flops for layer in layers)
     # the recorded layers are one chip's ops once; the step runs the chip's share of all the FLOPs
     share = result.flops / result.num_chips / recorded_flops if recorded_flops else 1.0
     per_chip = {part: joules * share for part, joules in parts.items()}
-    per_chip["link"] = sum(link.bytes * BITS_PER_BYTE * link_bit_j(tech, link.link, source) for link in result.links)
+    per_chip["link"] = sum(link.bytes * BITS_PER_BYTE * link_bit_j[link.link] for link in result.links)
     dynamic_j = sum(per_chip.values())
     limit = throttle(dynamic_j, energy.static_w, result.step_time_s, chip.tdp_w)
     step_time_s = limit.step_time_s
@@ -113,8 +126,21 @@ def _original(chip: ChipSpec, library: Library) -> ChipSpec | None:
     return None if original == chip else original
 
 
+def _energy_per_bit(library: Library, kind: str, name: str) -> float:
+    """The ``energy_per_bit`` of a memory technology or link type; without one, a one-line SpecError."""
+    entry = library.find([kind], name)
+    spec: MemorySpec | LinkSpec = library.spec(entry)
+    if spec.energy_per_bit is None:
+        raise SpecError(entry.source, "energy_per_bit", f"needed to price the energy of a run over {kind} {name!r}")
+    return spec.energy_per_bit
+
+
 def priced(result: RunResult, chip: ChipSpec, library: Library) -> RunResult:
-    """``result`` with its energy fields, priced with the library's :data:`TECHNOLOGY`."""
-    entry = library.find(["energy"], TECHNOLOGY)
-    tech: EnergySpec = library.spec(entry)
-    return with_energy(result, chip, tech, entry.source, _original(chip, library))
+    """``result`` with its energy fields, priced by the library's :data:`TECHNOLOGY`.
+
+    Main memory and links at the ``energy_per_bit`` of the chip's memory and of each link type used.
+    """
+    tech: EnergySpec = library.spec(library.find(["energy"], TECHNOLOGY))
+    dram_bit_j = _energy_per_bit(library, "memory", chip.memory.main.technology)
+    links = {link.link: _energy_per_bit(library, "link", link.link) for link in result.links}
+    return with_energy(result, chip, tech, dram_bit_j, links, _original(chip, library))

@@ -1,12 +1,13 @@
 """Energy and area technology descriptions (``energy/NAME.yaml``, ``kind: energy``).
 
 One file describes a process technology the way Accelergy's energy tables do: what one action costs
-(a multiply-accumulate by precision, an element-wise operation, a bit read from on-chip SRAM, a bit
-moved to or from each memory technology, a bit sent over each link type) and what one unit of
-silicon occupies (a MAC by precision, an SRAM bit). Per-op figures are given at ``reference_node``
-and scaled to a chip's ``process`` by the rule stated in :mod:`archsim.models.energy`; off-chip memory
-and link energies are interface figures and are not scaled. Every number cites its source in
-``sources``, keyed by its YAML path.
+(a multiply-accumulate by precision, an element-wise operation, a bit read from registers or on-chip
+SRAM) and what one unit of silicon occupies (a MAC by precision, an SRAM bit). Per-op figures are
+given at ``reference_node`` and scaled to a chip's ``process`` by the rule stated in
+:mod:`archsim.models.energy`. Off-chip memory and link energies are interface figures, not scaled,
+and live with what they price: ``energy_per_bit`` of each memory technology
+(:class:`archsim.spec.memory.MemorySpec`) and link type (:class:`archsim.spec.link.LinkSpec`). Every
+number cites its source in ``sources``, keyed by its YAML path.
 """
 
 from __future__ import annotations
@@ -38,14 +39,14 @@ class EnergySpec(Spec):
     """One bit read from or written to the registers that feed the matrix unit, at the reference node."""
     sram_read: EnergyPerBit
     """One bit read from or written to an on-chip SRAM buffer at the reference node."""
-    memory: dict[Name, EnergyPerBit]
-    """One bit moved between the chip and a memory technology (a ``memory/`` name), not scaled."""
-    link: dict[Name, EnergyPerBit]
-    """One bit sent over a link type (an ``interconnect/`` name), not scaled."""
     mac_area: dict[Precision, Area]
     """Silicon of one MAC unit (multiplier and adder) at the reference node."""
     sram_bit_area: Area
     """Silicon of one SRAM bit (bitcell) at the reference node."""
+    transistor_area: dict[Length, Area]
+    """Die area per transistor of shipped dies, by process node: the whole die (logic, SRAM, I/O,
+    wiring) over its transistor count. Estimates the die of a chip that publishes its transistors
+    but not its area (see :func:`archsim.models.energy.die_area`)."""
     static_power_density: PowerDensity
     """Leakage and idle power of one mm^2 of die, whatever the node (static power = density x area)."""
     sources: dict[str, str]

@@ -2,8 +2,8 @@
 
 A chip's memory level names one of these by ``technology``. The technology gives what is common to
 every part built from it (kind of memory, the standard it follows, per-stack bandwidth ceiling,
-access latency); the chip gives what its part has (capacity, bandwidth, stacks). The loader checks
-the chip's bandwidth against ``stacks x max_bandwidth_per_stack`` where both are known.
+access latency, energy per bit moved); the chip gives what its part has (capacity, bandwidth,
+stacks). The loader checks the chip's bandwidth against ``stacks x max_bandwidth_per_stack`` where both are known.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from typing import Literal
 
-from archsim.spec.common import Bandwidth, Name, Spec, Time
+from archsim.spec.common import Bandwidth, EnergyPerBit, Name, Spec, Time
 
 
 class MemoryKind(enum.StrEnum):
@@ -35,4 +35,8 @@ class MemorySpec(Spec):
     """Highest bandwidth of one stack (or one device/module) the standard allows."""
     latency: Time
     """Typical load-to-use latency of one access from the compute units."""
+    energy_per_bit: EnergyPerBit | None = None
+    """Energy of one bit moved between a chip and this memory (array, datapath and I/O), not scaled
+    with the chip's node. Needed to price a run whose main memory this is; an on-chip SRAM, priced
+    by the energy technology's ``sram_read``, has none."""
     sources: dict[str, str]

@@ -16,6 +16,7 @@ LIBRARY = Library(use_env=False)
 TECH = LIBRARY.energy()
 CHIPS = [e.name for e in LIBRARY.entries("chip")]
 RESNET = simulate("v100", "resnet50", batch=2, library=LIBRARY)
+HBM2_BIT_J = LIBRARY.memory("hbm2").energy_per_bit or 0.0
 
 
 def _cheapest_mac_j(chip: str) -> float:
@@ -47,7 +48,9 @@ def test_a_gemm_never_costs_less_than_its_macs_at_the_cheapest_mac(chip: str, m:
 )
 def test_more_bytes_never_cost_less_energy(chip: str, matrix: bool, flops: int, dram_bytes: int, more: int) -> None:
     spec = LIBRARY.chip(chip)
-    energy = chip_energy(spec, TECH, spec.default_precision)
+    energy = chip_energy(
+        spec, TECH, spec.default_precision, LIBRARY.memory(spec.memory.main.technology).energy_per_bit or 0.0
+    )
     base = energy.op_energy(matrix, flops, dram_bytes)
     assert energy.op_energy(matrix, flops, dram_bytes + more).total_j >= base.total_j
     if matrix:
@@ -61,5 +64,5 @@ def test_a_run_whose_op_moves_more_bytes_never_uses_less_energy(layer: int, fact
     index = layer % len(run.layers)
     layers = list(run.layers)
     layers[index] = replace(layers[index], bytes=layers[index].bytes * factor + 1)
-    heavier = with_energy(replace(run, layers=tuple(layers)), LIBRARY.chip("v100"), TECH)
+    heavier = with_energy(replace(run, layers=tuple(layers)), LIBRARY.chip("v100"), TECH, HBM2_BIT_J, {})
     assert heavier.energy_j >= run.energy_j

@@ -11,8 +11,15 @@ import yaml
 from archsim import simulate
 from archsim.cli import main
 from archsim.errors import SpecError
-from archsim.models.energy import chip_energy, modelled_area_mm2, operand_bits_per_mac, throttle
+from archsim.models.energy import (
+    chip_energy,
+    modelled_area_mm2,
+    operand_bits_per_mac,
+    throttle,
+    transistor_area_mm2,
+)
 from archsim.models.systolic import SystolicSection
+from archsim.models.tensorcore import TensorCoreSection
 from archsim.results.records import RunResult
 from archsim.spec.chip import Dataflow
 from archsim.spec.common import Precision, replace_path
@@ -23,11 +30,13 @@ ENERGY_FILE = next(r for r in builtin_roots() if r.name == "energy") / "cmos.yam
 
 
 def test_every_builtin_memory_and_link_has_a_sourced_energy(library: Library) -> None:
-    tech = library.energy()
     for entry in library.entries("chip"):
-        assert library.chip(entry.name).memory.main.technology in tech.memory, entry.name
+        memory = library.find(["memory"], library.chip(entry.name).memory.main.technology)
+        assert library.spec(memory).energy_per_bit > 0, entry.name
+        assert "energy_per_bit" in memory.data["sources"], memory.source
     for entry in library.entries("link"):
-        assert entry.name in tech.link, entry.name
+        assert library.link(entry.name).energy_per_bit > 0, entry.name
+        assert "energy_per_bit" in entry.data["sources"], entry.source
     data = yaml.safe_load(ENERGY_FILE.read_text())
     paths = [
         key for key, value in data.items() if isinstance(value, str) and key not in ("name", "kind", "description")
@@ -40,11 +49,13 @@ def test_every_builtin_memory_and_link_has_a_sourced_energy(library: Library) ->
 
 def test_energies_scale_with_the_node_and_memory_energy_does_not(library: Library) -> None:
     tech = library.energy()
-    v100 = chip_energy(library.chip("v100"), tech, Precision.FP16)
-    h100 = chip_energy(library.chip("h100"), tech, Precision.FP16)
+    hbm2 = library.memory("hbm2").energy_per_bit
+    assert hbm2 is not None
+    v100 = chip_energy(library.chip("v100"), tech, Precision.FP16, hbm2)
+    h100 = chip_energy(library.chip("h100"), tech, Precision.FP16, hbm2)
     assert v100.mac_j == pytest.approx(tech.mac[Precision.FP16] * 12 / 45)
     assert h100.mac_j == pytest.approx(tech.mac[Precision.FP16] * 4 / 45)
-    assert v100.dram_bit_j == h100.dram_bit_j == tech.memory["hbm2"]
+    assert v100.dram_bit_j == h100.dram_bit_j == hbm2
     # a published die area is used as published, and static power follows it
     assert (v100.area_mm2, v100.area_source) == (815.0, "published")
     assert v100.static_w == pytest.approx(815.0 * tech.static_power_density)
@@ -64,7 +75,7 @@ def test_register_traffic_per_mac_follows_the_matrix_units_shape(library: Librar
 def test_modelled_area_grows_with_the_array_and_the_sram(library: Library) -> None:
     tech = library.energy()
     chip = library.chip("systolic-32x32")
-    assert chip_energy(chip, tech, Precision.FP16).area_source == "modelled"
+    assert chip_energy(chip, tech, Precision.FP16, 0.0).area_source == "modelled"
     areas = []
     for side in (32, 64, 128, 256):
         square = replace_path(replace_path(chip, "systolic.array_rows", side), "systolic.array_cols", side)
@@ -116,14 +127,31 @@ def test_multichip_energy_counts_every_chip_and_the_links(multichip_run: RunResu
     assert run.energy_per_sample_j == pytest.approx(run.energy_j / run.global_batch)
 
 
-def test_a_memory_without_an_energy_is_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    data = yaml.safe_load(ENERGY_FILE.read_text())
-    del data["memory"]["hbm2"]
-    (tmp_path / "cmos.yaml").write_text(yaml.safe_dump(data))
+@pytest.mark.parametrize(("kind", "name", "target"), [("memory", "hbm2", "v100"), ("interconnect", "nvlink2", "dgx1")])
+def test_a_memory_or_link_without_an_energy_is_one_line_error(
+    kind: str, name: str, target: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    builtin = next(r for r in builtin_roots() if r.name == kind) / f"{name}.yaml"
+    data = yaml.safe_load(builtin.read_text())
+    del data["energy_per_bit"]
+    (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(data))
+    code = main(["run", "--lib", str(tmp_path), target, "resnet50", "--mode", "train", "--batch", "8", "--json"])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    assert captured.err.startswith("archsim: error: ") and f"{name}.yaml: energy_per_bit: needed" in captured.err
+    assert captured.err.count("\n") == 1
+
+
+@pytest.mark.parametrize("value", ["3.9", "3.9 GB/s", "-1 pJ/bit"])
+def test_a_bad_energy_per_bit_is_one_line_error(value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    builtin = next(r for r in builtin_roots() if r.name == "memory") / "hbm2.yaml"
+    data = yaml.safe_load(builtin.read_text())
+    data["energy_per_bit"] = value
+    (tmp_path / "hbm2.yaml").write_text(yaml.safe_dump(data))
     code = main(["run", "--lib", str(tmp_path), "v100", "gemm:64x64x64", "--json"])
     captured = capsys.readouterr()
     assert code == 2 and captured.out == ""
-    assert captured.err.startswith("archsim: error: ") and "cmos.yaml: memory.hbm2: no energy per bit" in captured.err
+    assert captured.err.startswith("archsim: error: ") and "hbm2.yaml: energy_per_bit: " in captured.err
     assert captured.err.count("\n") == 1
 
 
@@ -195,3 +223,61 @@ def test_energy_per_token_divides_a_sequence_by_its_length(library: Library) -> 
     run = simulate("v100", "bert-base", batch=2, seq_len=64, library=library)
     assert run.energy_per_token_j == pytest.approx(run.energy_per_sample_j / 64)
     assert simulate("v100", "gemm:64x64x64", library=library).energy_per_token_j is None
+
+
+def test_every_gpu_on_a_dense_gemm_stays_within_its_tdp(library: Library) -> None:
+    # the physical bound: a GPU's modelled average power never passes its TDP, throttled or not
+    gpus = [e.name for e in library.entries("chip") if e.data["family"] == "tensorcore"]
+    assert len(gpus) >= 10
+    for name in gpus:
+        tdp = library.chip(name).tdp_w
+        assert tdp is not None, name
+        run = simulate(name, "gemm:8192x8192x8192", library=library)
+        assert run.static_power_w < run.power_w <= tdp * (1 + 1e-9), name
+        assert run.power_w <= run.peak_power_w, name
+        assert run.energy_j == pytest.approx(run.power_w * run.step_time_s), name
+        assert 0.0 < run.clock_scale <= 1.0, name
+        if run.clock_scale < 1.0:
+            assert run.power_w == pytest.approx(tdp), name
+
+
+def test_cli_json_reports_power_energy_and_a_throttled_clock(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    builtin = next(r for r in builtin_roots() if r.name == "chips") / "v100-16gb.yaml"
+    data = yaml.safe_load(builtin.read_text())
+    args = ["run", "--lib", str(tmp_path), "v100", "gemm:8192x8192x8192"]
+    assert main([*args, "--json"]) == 0
+    nominal = json.loads(capsys.readouterr().out)
+    assert nominal["clock_scale"] == 1.0 and nominal["power_w"] < 300.0
+    data["tdp"] = "100 W"  # below the modelled power: the clock must give way
+    (tmp_path / "v100-16gb.yaml").write_text(yaml.safe_dump(data))
+    assert main([*args, "--json"]) == 0
+    capped = json.loads(capsys.readouterr().out)
+    assert capped["power_w"] == pytest.approx(100.0)
+    # at fixed voltage each action keeps its energy: the dynamic power shrinks with the clock
+    static = nominal["static_power_w"]
+    assert capped["clock_scale"] == pytest.approx((100.0 - static) / (nominal["power_w"] - static))
+    assert capped["clock_scale"] < 1.0
+    assert capped["energy_j"] == pytest.approx(capped["power_w"] * capped["step_time_s"])
+    assert capped["step_time_s"] == pytest.approx(nominal["step_time_s"] / capped["clock_scale"])
+    assert capped["energy_breakdown_j"]["compute"] == pytest.approx(nominal["energy_breakdown_j"]["compute"])
+    assert main(args) == 0
+    assert f"clock throttled to {100 * capped['clock_scale']:.1f}% by the TDP" in capsys.readouterr().out
+
+
+def test_a_die_without_a_published_area_is_estimated_from_its_transistors(library: Library) -> None:
+    tech = library.energy()
+    b200 = library.chip("b200")
+    energy = chip_energy(b200, tech, Precision.FP16, 0.0)
+    assert energy.area_source == "from transistors"
+    assert energy.area_mm2 == pytest.approx(208e9 * tech.transistor_area[4.0])
+    assert energy.static_w == pytest.approx(energy.area_mm2 * tech.static_power_density)
+    assert transistor_area_mm2(library.chip("h100"), tech) == pytest.approx(814.0, rel=1e-3)
+    mi300x = library.chip("mi300x")  # 5 nm: between the 4 nm and 7 nm figures
+    per_transistor = (transistor_area_mm2(mi300x, tech) or 0.0) / 153e9
+    assert tech.transistor_area[4.0] < per_transistor < tech.transistor_area[7.0]
+    assert chip_energy(library.chip("tpu-v4"), tech, Precision.FP16, 0.0).area_source == "modelled"
+    doubled = replace_path(b200, "tensorcore.sm_count", 2 * b200.section_of(TensorCoreSection).sm_count)
+    bigger = chip_energy(doubled, tech, Precision.FP16, 0.0, b200)
+    assert bigger.area_source == "from transistors, resized" and bigger.area_mm2 > energy.area_mm2
