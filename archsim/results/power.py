@@ -20,7 +20,6 @@ from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Precision
 from archsim.spec.energy import EnergySpec
 from archsim.spec.library import Library
-from archsim.spec.yamlio import validate
 
 TECHNOLOGY = "cmos"
 """The energy technology (``energy/cmos.yaml``) every run is priced with; a user folder may shadow it."""
@@ -109,7 +108,7 @@ def _original(chip: ChipSpec, library: Library) -> ChipSpec | None:
         return None
     if library.spec(entry) is not chip:  # the name's entry holds another chip: this one is not its variant
         return None
-    original: ChipSpec = validate(ChipSpec, entry.data, entry.source)
+    original: ChipSpec = library.file_spec(entry)
     return None if original == chip else original
 
 

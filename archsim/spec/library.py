@@ -16,31 +16,34 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
+import importlib
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from archsim.errors import LookupFailed, SpecError, UsageError
 from archsim.limits import description_files
-from archsim.spec.chip import ChipSpec, Family
-from archsim.spec.collective_library import CollectiveLibrarySpec
-from archsim.spec.common import parse_shape
-from archsim.spec.convergence import ConvergenceSpec
-from archsim.spec.energy import EnergySpec
-from archsim.spec.family import FamilySpec
-from archsim.spec.link import LinkSpec
-from archsim.spec.memory import MemorySpec
-from archsim.spec.mlperf import MlperfSpec
-from archsim.spec.model import ModelSpec
-from archsim.spec.software import SoftwareSpec
-from archsim.spec.sweep import SweepSpec
-from archsim.spec.system import SystemSpec
-from archsim.spec.uncertainty import UncertaintySpec
-from archsim.spec.validation import ValidationSpec
-from archsim.spec.yamlio import read_yaml, validate
+from archsim.spec.cache import Header, Problem, header_of, load_spec, read_headers, store_spec
+
+if TYPE_CHECKING:
+    from archsim.spec.chip import ChipSpec, Family
+    from archsim.spec.collective_library import CollectiveLibrarySpec
+    from archsim.spec.convergence import ConvergenceSpec
+    from archsim.spec.energy import EnergySpec
+    from archsim.spec.family import FamilySpec
+    from archsim.spec.link import LinkSpec
+    from archsim.spec.memory import MemorySpec
+    from archsim.spec.mlperf import MlperfSpec
+    from archsim.spec.model import ModelSpec
+    from archsim.spec.software import SoftwareSpec
+    from archsim.spec.sweep import SweepSpec
+    from archsim.spec.system import SystemSpec
+    from archsim.spec.uncertainty import UncertaintySpec
+    from archsim.spec.validation import ValidationSpec
 
 ENV_VAR = "ARCHSIM_PATH"
 BUILTIN_FOLDERS = (
@@ -54,29 +57,55 @@ BUILTIN_FOLDERS = (
     "sweeps",
     "convergence",
 )
-SPEC_CLASSES: dict[str, type[Any]] = {
-    "chip": ChipSpec,
-    "family": FamilySpec,
-    "memory": MemorySpec,
-    "link": LinkSpec,
-    "model": ModelSpec,
-    "system": SystemSpec,
-    "collective-library": CollectiveLibrarySpec,
-    "energy": EnergySpec,
-    "validation": ValidationSpec,
-    "sweep": SweepSpec,
-    "software": SoftwareSpec,
-    "convergence": ConvergenceSpec,
-    "mlperf": MlperfSpec,
-    "uncertainty": UncertaintySpec,
-}
+
+
+class _SpecClasses(Mapping[str, type[Any]]):
+    """The spec class of each ``kind``, its module imported when first asked for (a run needs a few)."""
+
+    _WHERE: ClassVar[dict[str, tuple[str, str]]] = {
+        "chip": ("archsim.spec.chip", "ChipSpec"),
+        "family": ("archsim.spec.family", "FamilySpec"),
+        "memory": ("archsim.spec.memory", "MemorySpec"),
+        "link": ("archsim.spec.link", "LinkSpec"),
+        "model": ("archsim.spec.model", "ModelSpec"),
+        "system": ("archsim.spec.system", "SystemSpec"),
+        "collective-library": ("archsim.spec.collective_library", "CollectiveLibrarySpec"),
+        "energy": ("archsim.spec.energy", "EnergySpec"),
+        "validation": ("archsim.spec.validation", "ValidationSpec"),
+        "sweep": ("archsim.spec.sweep", "SweepSpec"),
+        "software": ("archsim.spec.software", "SoftwareSpec"),
+        "convergence": ("archsim.spec.convergence", "ConvergenceSpec"),
+        "mlperf": ("archsim.spec.mlperf", "MlperfSpec"),
+        "uncertainty": ("archsim.spec.uncertainty", "UncertaintySpec"),
+    }
+
+    def __getitem__(self, kind: str) -> type[Any]:
+        module, name = self._WHERE[kind]
+        spec_class: type[Any] = getattr(importlib.import_module(module), name)
+        return spec_class
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._WHERE)
+
+    def __len__(self) -> int:
+        return len(self._WHERE)
+
+
+SPEC_CLASSES: Mapping[str, type[Any]] = _SpecClasses()
+"""The spec class of each ``kind`` of description."""
+
+
+@functools.cache
+def _builtin_base() -> Path:
+    """The folder holding the built-in library's folders: packaged in the wheel, or the source checkout."""
+    package = Path(__file__).resolve().parent.parent
+    packaged = package / "_library"
+    return packaged if packaged.is_dir() else package.parent
 
 
 def builtin_roots() -> list[Path]:
     """Folders of the built-in library: packaged in the wheel, or in the source checkout."""
-    package = Path(__file__).resolve().parent.parent
-    packaged = package / "_library"
-    base = packaged if packaged.is_dir() else package.parent
+    base = _builtin_base()
     return [base / folder for folder in BUILTIN_FOLDERS if (base / folder).is_dir()]
 
 
@@ -105,7 +134,7 @@ def display_path(path: Path) -> str:
     if not path.is_absolute():
         return str(path)
     cwd = Path.cwd()
-    bases = [root.parent for root in builtin_roots()[:1]] + ([cwd] if cwd != Path(cwd.anchor) else [])
+    bases = [_builtin_base()] + ([cwd] if cwd != Path(cwd.anchor) else [])
     for base in bases:
         try:
             return str(path.relative_to(base))
@@ -117,29 +146,45 @@ def display_path(path: Path) -> str:
 class Entry:
     """One indexed description file: its kind, name, aliases and one-line description.
 
-    ``path`` is where the file is; ``source`` how messages name it (:func:`display_path`).
+    ``path`` is where the file is; ``source`` how messages name it (:func:`display_path`); ``data``
+    its parsed YAML, read from the file when first asked for if the entry came from the index
+    (``indexed``: built from a ``header`` alone).
     """
 
-    __slots__ = ("aliases", "data", "description", "kind", "name", "path", "source")
+    __slots__ = ("_data", "_source", "aliases", "description", "indexed", "kind", "name", "path")
 
-    def __init__(self, path: Path, data: dict[str, Any]) -> None:
-        source = display_path(path)
-        self.source = source
-        for key in ("kind", "name"):
-            if not isinstance(data.get(key), str):
-                raise SpecError(source, key, "missing or not a string")
-        aliases = data.get("aliases", [])
-        if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
-            raise SpecError(source, "aliases", "must be a list of names")
-        self.kind: str = data["kind"]
-        self.name: str = data["name"]
-        self.aliases: tuple[str, ...] = tuple(aliases)
-        description = data.get("description", "")
-        self.description = (
-            description.strip().splitlines()[0] if isinstance(description, str) and description.strip() else ""
-        )
+    def __init__(self, path: Path, data: dict[str, Any] | None, header: Header | None = None) -> None:
         self.path = path
-        self.data = data
+        self._source: str | None = None
+        self._data = data
+        self.indexed = data is None
+        if header is None:
+            if data is None:
+                raise ValueError("an entry needs its data or its header")
+            header = header_of(data, self.source)
+        self.kind = header.kind
+        self.name = header.name
+        self.aliases = header.aliases
+        self.description = header.description
+
+    @property
+    def source(self) -> str:
+        """How messages name the file: :func:`display_path` of ``path``."""
+        if self._source is None:
+            self._source = display_path(self.path)
+        return self._source
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The file's parsed YAML (read once, when first asked for)."""
+        if self._data is None:
+            from archsim.spec.yamlio import read_yaml
+
+            try:
+                self._data = read_yaml(self.path)
+            except SpecError as err:  # named as every message names a description file
+                raise SpecError(self.source, err.field, err.problem) from None
+        return self._data
 
 
 class Library:
@@ -158,19 +203,19 @@ class Library:
                 raise LookupFailed(str(root), "search path", "not a folder")
         self.roots: list[Path] = roots + builtin_roots()
         self._specs: dict[tuple[str, str], Any] = {}
+        self._file_specs: dict[tuple[str, str], Any] = {}  # shared by with_specs copies: files are files
 
     @cached_property
     def _index(self) -> dict[tuple[str, str], Entry]:
+        # every file's header, from the cache where its file is unchanged (archsim.spec.cache)
+        files = [path for root in self.roots for path in description_files(root)]
         index: dict[tuple[str, str], Entry] = {}
-        for root in self.roots:
-            for path in description_files(root):
-                try:
-                    data = read_yaml(path)
-                except SpecError as err:  # named as every message names a description file
-                    raise SpecError(display_path(path), err.field, err.problem) from None
-                entry = Entry(path, data)
-                for name in (entry.name, *entry.aliases):
-                    index.setdefault((entry.kind, name), entry)
+        for path, header in zip(files, read_headers(self.roots, files), strict=True):
+            if isinstance(header, Problem):
+                raise SpecError(display_path(path), header.field, header.problem)
+            entry = Entry(path, None, header)
+            for name in (entry.name, *entry.aliases):
+                index.setdefault((entry.kind, name), entry)
         return index
 
     def with_specs(self, replacements: Mapping[Entry, Any]) -> Library:
@@ -199,6 +244,8 @@ class Library:
         if "system" in kinds and ":" in name and not name.endswith((".yaml", ".yml")):
             return self._slice(name)
         if name.endswith((".yaml", ".yml")) or os.sep in name:
+            from archsim.spec.yamlio import read_yaml
+
             path = Path(name)
             entry = Entry(path, read_yaml(path))
             if entry.kind not in kinds:
@@ -227,6 +274,8 @@ class Library:
         pod = level.get("shape")
         if not isinstance(pod, list) or not all(isinstance(n, int) for n in pod):
             raise SpecError(base.source, f"levels.{level_name}.shape", "must be a list of integers")
+        from archsim.spec.common import parse_shape
+
         try:
             shape = parse_shape(shape_text, len(pod))
         except ValueError as err:
@@ -245,13 +294,31 @@ class Library:
         return Entry(Path(f"{base.path}:{'x'.join(map(str, shape))}"), data)
 
     def spec(self, entry: Entry) -> Any:
-        """The validated spec of an entry (cached per file)."""
+        """The validated spec of an entry (cached per file), or the one :meth:`with_specs` put in its place."""
         key = (entry.kind, str(entry.path))
         if key not in self._specs:
+            self._specs[key] = self.file_spec(entry)
+        return self._specs[key]
+
+    def file_spec(self, entry: Entry) -> Any:
+        """The validated spec of an entry as its file describes it, whatever :meth:`with_specs` replaced.
+
+        Validated once per file; an indexed file's spec is read from the cache while the file is
+        unchanged (:mod:`archsim.spec.cache`), and written to it once validated.
+        """
+        key = (entry.kind, str(entry.path))
+        if key not in self._file_specs:
             if entry.kind not in SPEC_CLASSES:
                 raise SpecError(entry.source, "kind", f"unknown kind {entry.kind!r}")
-            self._specs[key] = validate(SPEC_CLASSES[entry.kind], entry.data, entry.source)
-        return self._specs[key]
+            spec = load_spec(entry.path, entry.kind) if entry.indexed else None
+            if spec is None:
+                from archsim.spec.yamlio import validate
+
+                spec = validate(SPEC_CLASSES[entry.kind], entry.data, entry.source)
+                if entry.indexed:
+                    store_spec(entry.path, entry.kind, spec)
+            self._file_specs[key] = spec
+        return self._file_specs[key]
 
     def chip(self, name: str) -> ChipSpec:
         """A chip by name, alias or path, with its memory technologies checked to exist."""
