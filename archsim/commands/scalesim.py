@@ -13,7 +13,6 @@ from typing import Any
 
 from archsim.cli import HELP
 from archsim.models.systolic_layer import StallModel
-from archsim.results.scalesim import run_scalesim
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -40,6 +39,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run and print the per-layer table or the JSON object."""
+    from archsim.results.scalesim import run_scalesim  # SCALE-Sim's file readers: not for other runs
+
     result = run_scalesim(args.config, args.topology, StallModel(args.model))
     print(result.to_json() if args.json else "\n".join(result.table()))
     return 0
