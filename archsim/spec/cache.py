@@ -241,6 +241,6 @@ def _save(target: Path, content: str | bytes) -> None:
 
     try:
         target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        write_file(target, content, field=CACHE_ENV)
+        write_file(target, content, field=CACHE_ENV, durable=False)  # a lost or empty cache file is a miss
     except (OSError, ArchsimError):
         return
