@@ -251,7 +251,7 @@ def main() -> None:
     """Run every benchmark and print the tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--quick", action="store_true", help="only the cold-start CLI cases")
+    parser.add_argument("--quick", action="store_true", help="only the cold-start cases (run and list), nothing else")
     parser.add_argument("--sweep", type=int, default=0, metavar="N", help="only the acceptance sweep, N times")
     parser.add_argument("--suite", type=int, default=0, metavar="N", help="only the test suite, N times")
     args = parser.parse_args()
@@ -269,6 +269,8 @@ def main() -> None:
     for label, cli_args in CLI_CASES[: 2 if args.quick else None]:
         print(row(label, time_process(cli_args, args.repeat)), flush=True)
     print(row("v100 resnet50 infer, empty cache", time_process(CLI_CASES[0][1], args.repeat, True)), flush=True)
+    if args.quick:
+        return
     bench_systems(args.repeat)
     bench_scalesim(args.repeat)
     bench_numba_startup(args.repeat)
