@@ -1,6 +1,6 @@
 """archsim's benchmark: wall time of whole CLI runs and of the stages inside one run.
 
-Usage: python scripts/bench.py [--repeat N] [--quick] [--sweep N] [--suite N]
+Usage: python scripts/bench.py [--repeat N] [--quick] [--sweep N] [--suite N] [--against DIR]
 
 Every table starts with the machine it was measured on (CPU model, cores, load average, Python): the
 README quotes these medians with that line.
@@ -18,6 +18,10 @@ never test assertions: this script is how the numbers quoted in notes are produc
 a systolic chip against ResNet-50 inference) as ``archsim sweep`` into a fresh folder, N times, with
 the local executor on every core, then once with a local Dask cluster, and checks that both tables
 are identical.
+
+``--against DIR`` times the cold-start cases (``archsim run v100 resnet50``, ``archsim list chips``) in
+this checkout and in another one (``git worktree add /tmp/old a4f1a47``), alternating run by run so
+that both see the same load on a shared machine, and prints both medians and their ratio.
 
 ``--suite N`` times the whole test suite (``python -m pytest``, as configured: in parallel on every
 core) N times and prints each run's summary line.
@@ -82,6 +86,29 @@ def time_process(args: list[str], repeat: int, empty_cache: bool = False) -> lis
             subprocess.run(command, check=True, capture_output=True, env=env)
             times.append(time.perf_counter() - start)
     return times
+
+
+def bench_against(other: Path, repeat: int) -> None:
+    """The cold-start cases in this checkout and in ``other`` (another checkout of archsim), run by run in
+    turn, so that both see the same load; each checkout is run from its own folder (``python -m`` puts
+    the working directory first on the path) with a library cache of its own."""
+    trees = {"this": ROOT, "other": other.resolve()}
+    caches = {name: tempfile.TemporaryDirectory(prefix=f"archsim-bench-{name}-") for name in trees}
+    print(f"cold start, this checkout ({ROOT}) and {trees['other']} in turn, {repeat} runs each after a warm-up")
+    print(f"{'case':<34} {'this ms':>9} {'other ms':>9} {'this/other':>10}")
+    for label, cli_args in CLI_CASES[:2]:
+        times: dict[str, list[float]] = {name: [] for name in trees}
+        for counted in [False] + [True] * repeat:
+            for name, tree in trees.items():
+                env = CHILD_ENV | {"PYTHONPATH": str(tree), "ARCHSIM_CACHE_DIR": caches[name].name}
+                start = time.perf_counter()
+                subprocess.run(
+                    [sys.executable, "-m", "archsim.cli", *cli_args], check=True, capture_output=True, cwd=tree, env=env
+                )
+                if counted:
+                    times[name].append(time.perf_counter() - start)
+        this, that = (statistics.median(times[name]) for name in trees)
+        print(f"{label:<34} {1e3 * this:>9.1f} {1e3 * that:>9.1f} {this / that:>10.2f}", flush=True)
 
 
 def time_call(function: Callable[[], object], repeat: int) -> list[float]:
@@ -254,8 +281,17 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="only the cold-start cases (run and list), nothing else")
     parser.add_argument("--sweep", type=int, default=0, metavar="N", help="only the acceptance sweep, N times")
     parser.add_argument("--suite", type=int, default=0, metavar="N", help="only the test suite, N times")
+    parser.add_argument(
+        "--against",
+        type=Path,
+        metavar="DIR",
+        help="only the cold-start cases, here and in another checkout DIR in turn (git worktree add DIR COMMIT)",
+    )
     args = parser.parse_args()
     print(machine(), flush=True)
+    if args.against is not None:
+        bench_against(args.against, args.repeat)
+        return
     if args.sweep or args.suite:
         if args.sweep:
             bench_sweep(args.sweep)
