@@ -11,30 +11,47 @@ import contextlib
 import importlib
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import NoReturn
 
 from archsim import __version__
 from archsim.errors import ArchsimError, UsageError
 from archsim.limits import MAX_ARGUMENT
-from archsim.spec.common import Fusion, StreamingMemory
 
-SUBCOMMANDS = (
-    "archsim.commands.listing",
-    "archsim.commands.run",
-    "archsim.commands.validate",
-    "archsim.commands.scalesim",
-    "archsim.commands.export",
-    "archsim.commands.baseline",
-    "archsim.commands.trace",
-    "archsim.commands.sweep",
-    "archsim.commands.plot",
-    "archsim.commands.report",
-    "archsim.commands.collective",
-    "archsim.commands.mlperf",
-    "archsim.commands.compare",
-)
-"""Modules that each add one subcommand: ``add_parser(subparsers, common)`` sets ``handler``."""
+COMMANDS: dict[str, tuple[str, str]] = {
+    "list": (
+        "archsim.commands.listing",
+        "the descriptions known: chips, systems, workloads, memory, links, sweeps, ...",
+    ),
+    "run": ("archsim.commands.run", "simulate a workload on a target"),
+    "validate": ("archsim.commands.validate", "compare predictions with published results"),
+    "scalesim": ("archsim.commands.scalesim", "run a SCALE-Sim config and topology (per-layer cycles, traffic)"),
+    "export": ("archsim.commands.export", "write a workload in another tool's format"),
+    "baseline": ("archsim.commands.baseline", "record results of runs, then rerun and diff them"),
+    "trace": ("archsim.commands.trace", "import ONNX models and Chakra ETs; export Chakra ETs"),
+    "sweep": ("archsim.commands.sweep", "run a sweep of chip/system variants (resumable); see README"),
+    "plot": ("archsim.commands.plot", "plot a run or a sweep's results as self-contained HTML"),
+    "report": ("archsim.commands.report", "an HTML report of a run or a sweep's results (summary and figures)"),
+    "collective": (
+        "archsim.commands.collective",
+        "time one collective on a system, per size, as nccl-tests reports it (time, algbw, busbw)",
+    ),
+    "mlperf": ("archsim.commands.mlperf", "compare predicted with published MLPerf Training times to train"),
+    "compare": (
+        "archsim.commands.compare",
+        "speedup of target B over target A on a workload, attributed to chip count, peak, memory, node, "
+        "architecture and software",
+    ),
+}
+"""Each subcommand: the module that adds it (``add_parser(subparsers, common)`` sets ``handler`` and
+passes ``help=HELP[name]``) and its one-line help.
+
+Only the module of the subcommand being run is imported (``archsim list`` never imports the engine
+or plotly); the others appear in ``archsim --help`` through their help line alone.
+"""
+
+HELP = {name: text for name, (_, text) in COMMANDS.items()}
+"""One-line help of each subcommand, for its module's ``add_parser``."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -59,6 +76,8 @@ def positive_int(text: str) -> int:
 
 def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``--software``, ``--fusion`` and ``--recompute``: what runs the graph and how (``TraceOptions``)."""
+    from archsim.spec.common import Fusion
+
     parser.add_argument(
         "--software",
         default=None,
@@ -83,6 +102,8 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_memory_argument(parser: argparse.ArgumentParser) -> None:
     """Register ``--streaming-memory``: what an IPU may keep off chip (:mod:`archsim.memory_fit`)."""
+    from archsim.spec.common import StreamingMemory
+
     parser.add_argument(
         "--streaming-memory",
         choices=[s.value for s in StreamingMemory],
@@ -93,8 +114,12 @@ def add_memory_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The parser of every subcommand."""
+def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of the subcommands in ``commands`` (their modules imported), or of all when None.
+
+    The other subcommands are registered by name and help line only, so that ``archsim --help`` and a
+    misspelt subcommand read exactly as with the full parser.
+    """
     common = _Parser(add_help=False)
     common.add_argument(
         "--lib",
@@ -106,15 +131,31 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="archsim", description="Cycle-approximate accelerator architecture simulator.")
     parser.add_argument("--version", action="version", version=f"archsim {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for module in SUBCOMMANDS:
-        importlib.import_module(module).add_parser(sub, common)
+    for name, (module, text) in COMMANDS.items():
+        if commands is None or name in commands:
+            importlib.import_module(module).add_parser(sub, common)
+        else:
+            sub.add_parser(name, help=text, add_help=False)
     return parser
+
+
+def command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` runs, or None when it names none.
+
+    That is its first word that is not an option: ``archsim`` itself has no option taking a value.
+    """
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``archsim`` console script."""
     try:
-        args = build_parser().parse_args(argv)
+        words = sys.argv[1:] if argv is None else list(argv)
+        command = command_of(words)
+        args = build_parser([] if command is None else [command]).parse_args(words)
         handler: Callable[[argparse.Namespace], int] = args.handler
         code = handler(args)
         sys.stdout.flush()  # a full device fails here, while the error can still be one line

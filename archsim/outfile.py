@@ -66,13 +66,18 @@ def _write_in_place(target: Path, content: str | bytes | Callable[[Path], None],
 
 
 def write_file(
-    path: str | os.PathLike[str], content: str | bytes | Callable[[Path], None], field: str = "--out"
+    path: str | os.PathLike[str],
+    content: str | bytes | Callable[[Path], None],
+    field: str = "--out",
+    durable: bool = True,
 ) -> None:
     """Write ``content`` to ``path`` atomically.
 
     ``content`` is text (written as UTF-8), bytes, or a function that writes the file at the path it
     is given (a library's own writer: plotly, pandas). Raises UsageError naming ``path`` and
-    ``field`` when the file cannot be written; nothing is left behind then.
+    ``field`` when the file cannot be written; nothing is left behind then. ``durable=False`` skips
+    the fsync (milliseconds on a disk): for a cache, which a crash may leave empty but never partial
+    to a reader that checks it.
     """
     target = Path(path)
     if _is_special(target):
@@ -92,7 +97,8 @@ def write_file(
                 content(temporary)
             else:
                 _write_all(fd, content.encode("utf-8") if isinstance(content, str) else content)
-                os.fsync(fd)
+                if durable:
+                    os.fsync(fd)
         finally:
             if fd >= 0:
                 os.close(fd)

@@ -1,12 +1,16 @@
 """archsim's benchmark: wall time of whole CLI runs and of the stages inside one run.
 
-Usage: python scripts/bench.py [--repeat N] [--quick] [--sweep N] [--suite N]
+Usage: python scripts/bench.py [--repeat N] [--quick] [--sweep N] [--suite N] [--against DIR]
 
 Every table starts with the machine it was measured on (CPU model, cores, load average, Python): the
 README quotes these medians with that line.
 
 Each case runs as a fresh process (so Python start-up and imports count, as a user sees them), N
-times after one warm-up; the median, minimum and maximum wall times are printed. A second table
+times after one warm-up; the median, minimum and maximum wall times are printed. The processes write
+and read Python's bytecode caches (``PYTHONDONTWRITEBYTECODE`` is removed from their environment), as
+an installed package has them compiled, and share one library cache of their own (``ARCHSIM_CACHE_DIR``
+in a temporary folder), which the warm-up fills; the row marked "empty cache" gives every run a new,
+empty one (a first run, or one after the descriptions changed). A second table
 times the stages of a run in-process (trace build, cost + replay, result assembly). Timings are
 never test assertions: this script is how the numbers quoted in notes are produced.
 
@@ -14,6 +18,10 @@ never test assertions: this script is how the numbers quoted in notes are produc
 a systolic chip against ResNet-50 inference) as ``archsim sweep`` into a fresh folder, N times, with
 the local executor on every core, then once with a local Dask cluster, and checks that both tables
 are identical.
+
+``--against DIR`` times the cold-start cases (``archsim run v100 resnet50``, ``archsim list chips``) in
+this checkout and in another one (``git worktree add /tmp/old a4f1a47``), alternating run by run so
+that both see the same load on a shared machine, and prints both medians and their ratio.
 
 ``--suite N`` times the whole test suite (``python -m pytest``, as configured: in parallel on every
 core) N times and prints each run's summary line.
@@ -26,6 +34,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -46,6 +55,8 @@ def machine() -> str:
 
 
 CLI_CASES = [
+    ("v100 resnet50 infer", ["run", "v100", "resnet50"]),
+    ("archsim list chips", ["list", "chips"]),
     ("v100 resnet50 train b256", ["run", "v100", "resnet50", "--mode", "train", "--batch", "256", "--json"]),
     ("v100 bert-large train s128", ["run", "v100", "bert-large", "--mode", "train", "--seq-len", "128", "--json"]),
     ("ipu bert-large infer", ["run", "ipu", "bert-large", "--json"]),
@@ -55,16 +66,49 @@ CLI_CASES = [
 ]
 
 
-def time_process(args: list[str], repeat: int) -> list[float]:
-    """Wall seconds of ``python -m archsim.cli ARGS``, one warm-up then ``repeat`` counted runs."""
+_CACHE = tempfile.TemporaryDirectory(prefix="archsim-bench-cache-")
+CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | {"ARCHSIM_CACHE_DIR": _CACHE.name}
+"""Environment of every timed process: bytecode caches on, the library cache in a folder of the bench's own."""
+
+
+def time_process(args: list[str], repeat: int, empty_cache: bool = False) -> list[float]:
+    """Wall seconds of ``python -m archsim.cli ARGS``, one warm-up then ``repeat`` counted runs.
+
+    With ``empty_cache`` each run gets a new, empty library cache folder.
+    """
     command = [sys.executable, "-m", "archsim.cli", *args]
-    subprocess.run(command, check=True, capture_output=True)
+    subprocess.run(command, check=True, capture_output=True, env=CHILD_ENV)
     times = []
     for _ in range(repeat):
-        start = time.perf_counter()
-        subprocess.run(command, check=True, capture_output=True)
-        times.append(time.perf_counter() - start)
+        with tempfile.TemporaryDirectory() as folder:
+            env = CHILD_ENV | {"ARCHSIM_CACHE_DIR": folder} if empty_cache else CHILD_ENV
+            start = time.perf_counter()
+            subprocess.run(command, check=True, capture_output=True, env=env)
+            times.append(time.perf_counter() - start)
     return times
+
+
+def bench_against(other: Path, repeat: int) -> None:
+    """The cold-start cases in this checkout and in ``other`` (another checkout of archsim), run by run in
+    turn, so that both see the same load; each checkout is run from its own folder (``python -m`` puts
+    the working directory first on the path) with a library cache of its own."""
+    trees = {"this": ROOT, "other": other.resolve()}
+    caches = {name: tempfile.TemporaryDirectory(prefix=f"archsim-bench-{name}-") for name in trees}
+    print(f"cold start, this checkout ({ROOT}) and {trees['other']} in turn, {repeat} runs each after a warm-up")
+    print(f"{'case':<34} {'this ms':>9} {'other ms':>9} {'this/other':>10}")
+    for label, cli_args in CLI_CASES[:2]:
+        times: dict[str, list[float]] = {name: [] for name in trees}
+        for counted in [False] + [True] * repeat:
+            for name, tree in trees.items():
+                env = CHILD_ENV | {"PYTHONPATH": str(tree), "ARCHSIM_CACHE_DIR": caches[name].name}
+                start = time.perf_counter()
+                subprocess.run(
+                    [sys.executable, "-m", "archsim.cli", *cli_args], check=True, capture_output=True, cwd=tree, env=env
+                )
+                if counted:
+                    times[name].append(time.perf_counter() - start)
+        this, that = (statistics.median(times[name]) for name in trees)
+        print(f"{label:<34} {1e3 * this:>9.1f} {1e3 * that:>9.1f} {this / that:>10.2f}", flush=True)
 
 
 def time_call(function: Callable[[], object], repeat: int) -> list[float]:
@@ -96,11 +140,11 @@ SCALESIM_MEASURED = [
 def time_process_rss(args: list[str], repeat: int) -> tuple[list[float], float]:
     """Wall seconds of ``python -m archsim.cli ARGS`` (as time_process) and the largest peak RSS in MB."""
     command = [sys.executable, "-m", "archsim.cli", *args]
-    subprocess.run(command, check=True, capture_output=True)
+    subprocess.run(command, check=True, capture_output=True, env=CHILD_ENV)
     times, peak_kb = [], 0
     for _ in range(repeat):
         start = time.perf_counter()
-        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=CHILD_ENV)
         _, status, usage = os.wait4(child.pid, 0)
         times.append(time.perf_counter() - start)
         if status != 0:
@@ -132,7 +176,7 @@ SYSTEM_CASES = [
 
 def peak_rss_mb(args: list[str]) -> float:
     """Peak resident memory in MB of one fresh ``python -m archsim.cli ARGS`` process."""
-    child = subprocess.Popen([sys.executable, "-m", "archsim.cli", *args], stdout=subprocess.DEVNULL)
+    child = subprocess.Popen([sys.executable, "-m", "archsim.cli", *args], stdout=subprocess.DEVNULL, env=CHILD_ENV)
     _, status, usage = os.wait4(child.pid, 0)
     if status != 0:
         raise SystemExit(f"archsim {' '.join(args)} failed")
@@ -163,10 +207,13 @@ print(imported - start, time.perf_counter() - imported)
 def bench_numba_startup(repeat: int) -> None:
     """What a process pays to use the first numba kernel: importing numba, then the first call (which
     loads the kernel from numba's on-disk cache after the very first run, and initialises LLVM)."""
-    subprocess.run([sys.executable, "-c", NUMBA_STARTUP], check=True, capture_output=True)  # fills the cache
+    # the first run fills numba's cache
+    subprocess.run([sys.executable, "-c", NUMBA_STARTUP], check=True, capture_output=True, env=CHILD_ENV)
     imports, calls = [], []
     for _ in range(repeat):
-        out = subprocess.run([sys.executable, "-c", NUMBA_STARTUP], check=True, capture_output=True, text=True)
+        out = subprocess.run(
+            [sys.executable, "-c", NUMBA_STARTUP], check=True, capture_output=True, text=True, env=CHILD_ENV
+        )
         first, second = (float(x) for x in out.stdout.split())
         imports.append(first)
         calls.append(second)
@@ -178,8 +225,6 @@ def bench_numba_startup(repeat: int) -> None:
 
 def bench_sweep(repeat: int) -> None:
     """Wall time of the acceptance sweep, local processes; then Dask, compared with the local table."""
-    import tempfile
-
     import pandas as pd
 
     spec = str(Path(__file__).resolve().parents[1] / "sweeps" / "systolic-shape-sweep.yaml")
@@ -233,11 +278,20 @@ def main() -> None:
     """Run every benchmark and print the tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--quick", action="store_true", help="only the first CLI case")
+    parser.add_argument("--quick", action="store_true", help="only the cold-start cases (run and list), nothing else")
     parser.add_argument("--sweep", type=int, default=0, metavar="N", help="only the acceptance sweep, N times")
     parser.add_argument("--suite", type=int, default=0, metavar="N", help="only the test suite, N times")
+    parser.add_argument(
+        "--against",
+        type=Path,
+        metavar="DIR",
+        help="only the cold-start cases, here and in another checkout DIR in turn (git worktree add DIR COMMIT)",
+    )
     args = parser.parse_args()
     print(machine(), flush=True)
+    if args.against is not None:
+        bench_against(args.against, args.repeat)
+        return
     if args.sweep or args.suite:
         if args.sweep:
             bench_sweep(args.sweep)
@@ -248,8 +302,11 @@ def main() -> None:
     header = f"{'case':<34} {'median ms':>9} {'min ms':>9} {'max ms':>9}"
     print(f"whole CLI runs (fresh process each, {args.repeat} runs after a warm-up)")
     print(header)
-    for label, cli_args in CLI_CASES[: 1 if args.quick else None]:
+    for label, cli_args in CLI_CASES[: 2 if args.quick else None]:
         print(row(label, time_process(cli_args, args.repeat)), flush=True)
+    print(row("v100 resnet50 infer, empty cache", time_process(CLI_CASES[0][1], args.repeat, True)), flush=True)
+    if args.quick:
+        return
     bench_systems(args.repeat)
     bench_scalesim(args.repeat)
     bench_numba_startup(args.repeat)

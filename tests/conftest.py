@@ -1,7 +1,11 @@
-"""Shared fixtures: the built-in library (environment ignored), and a run and a sweep to report on."""
+"""Shared fixtures: a cache folder of the session's own, the built-in library (environment ignored), and a
+run and a sweep to report on."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -10,7 +14,10 @@ import yaml
 
 from archsim import simulate
 from archsim.results.records import RunResult
+from archsim.spec.cache import CACHE_ENV
 from archsim.spec.library import Library
+
+_CACHE_KEY = pytest.StashKey[tuple[str, str | None]]()
 
 REPORT_SWEEP = {
     "schema_version": 1,
@@ -25,6 +32,26 @@ REPORT_SWEEP = {
     "points": [{"run.batch": 8}, {"run.batch": 100000}],
 }
 """A sweep with two targets, two workloads, a varying chip count and refused rows (16 rows, ~1 s)."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Give this process (each xdist worker, too) a cache folder of its own, never the user's.
+
+    Set here rather than in a fixture: some test modules build a library while they are collected.
+    """
+    folder = tempfile.mkdtemp(prefix="archsim-cache-")
+    config.stash[_CACHE_KEY] = (folder, os.environ.get(CACHE_ENV))
+    os.environ[CACHE_ENV] = folder
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the session's cache folder and restore the variable."""
+    folder, before = config.stash[_CACHE_KEY]
+    shutil.rmtree(folder, ignore_errors=True)
+    if before is None:
+        os.environ.pop(CACHE_ENV, None)
+    else:
+        os.environ[CACHE_ENV] = before
 
 
 @pytest.fixture(scope="session")

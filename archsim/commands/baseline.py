@@ -14,6 +14,7 @@ from typing import Any
 
 from archsim.baseline import DEFAULT_RTOL, check, report_lines, save
 from archsim.baseline.compare import DEFAULT_MAX_LAYERS
+from archsim.cli import HELP
 from archsim.spec.library import Library
 
 
@@ -35,7 +36,7 @@ def _count(text: str) -> int:
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     """Register ``archsim baseline save`` and ``archsim baseline check``."""
-    parser = sub.add_parser("baseline", help="record results of runs, then rerun and diff them")
+    parser = sub.add_parser("baseline", help=HELP["baseline"])
     actions = parser.add_subparsers(dest="action", required=True, parser_class=type(parser))
     name_help = "baselines/NAME.tsv in the current directory, or a path (with a '/' or ending in .tsv)"
     saver = actions.add_parser("save", parents=[common], help="record runs (default: every chip and system)")

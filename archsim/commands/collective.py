@@ -11,7 +11,7 @@ import argparse
 import json
 from typing import Any
 
-from archsim.cli import positive_int
+from archsim.cli import HELP, positive_int
 from archsim.collective_run import collective
 from archsim.errors import UnitError, UsageError
 from archsim.models.collective_cost import COLLECTIVES
@@ -33,7 +33,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     parser = sub.add_parser(
         "collective",
         parents=[common],
-        help="time one collective on a system, per size, as nccl-tests reports it (time, algbw, busbw)",
+        help=HELP["collective"],
     )
     parser.add_argument("system", metavar="SYSTEM", help="a system (dgx-a100, ipu-pod16, tpu-v4-pod:4x4x4, ...)")
     parser.add_argument("op", metavar="OP", help=f"one of {', '.join(COLLECTIVES)}")

@@ -11,7 +11,7 @@ import argparse
 import json
 from typing import Any
 
-from archsim.cli import positive_int
+from archsim.cli import HELP, positive_int
 from archsim.results.comparison import Comparison
 
 FACTOR_TEXT = {
@@ -32,8 +32,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     parser = sub.add_parser(
         "compare",
         parents=[common],
-        help="speedup of target B over target A on a workload, attributed to chip count, peak, memory, "
-        "node, architecture and software",
+        help=HELP["compare"],
     )
     add_compare_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from archsim.cli import positive_int
+from archsim.cli import HELP, positive_int
 from archsim.errors import UsageError
 from archsim.spec.common import Precision
 from archsim.spec.library import Library
@@ -22,7 +22,7 @@ from archsim.workloads.trace import Mode
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     """Register ``archsim export``."""
-    parser = sub.add_parser("export", parents=[common], help="write a workload in another tool's format")
+    parser = sub.add_parser("export", parents=[common], help=HELP["export"])
     formats = parser.add_subparsers(dest="export_format", required=True, metavar="FORMAT")
     scalesim = formats.add_parser(
         "scalesim", parents=[common], help="a SCALE-Sim topology CSV of the workload's convolutions and matmuls"

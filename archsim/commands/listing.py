@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from archsim.cli import HELP
 from archsim.errors import UsageError
 from archsim.spec.library import Library, suggest
 
@@ -36,9 +37,7 @@ INLINE_WORKLOADS = (
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     """Register ``archsim list``."""
-    parser = sub.add_parser(
-        "list", parents=[common], help="the descriptions known: chips, systems, workloads, memory, links, sweeps, ..."
-    )
+    parser = sub.add_parser("list", parents=[common], help=HELP["list"])
     parser.add_argument("kind", nargs="?", help="only this kind: chips, systems, workloads, memory, links, sweeps, ...")
     parser.set_defaults(handler=run)
 

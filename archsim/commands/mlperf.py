@@ -7,15 +7,14 @@ import json
 import sys
 from typing import Any
 
+from archsim.cli import HELP
 from archsim.spec.library import Library
 from archsim.validation.mlperf import MlperfReport, run_mlperf
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     """Register ``archsim mlperf``."""
-    parser = sub.add_parser(
-        "mlperf", parents=[common], help="compare predicted with published MLPerf Training times to train"
-    )
+    parser = sub.add_parser("mlperf", parents=[common], help=HELP["mlperf"])
     parser.add_argument("--table", default="mlperf", help="MLPerf table name or path (default: mlperf)")
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
     parser.set_defaults(handler=run)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from archsim.cli import HELP
 from archsim.commands.figure_inputs import (
     add_run_arguments,
     read_results,
@@ -24,7 +25,7 @@ SWEEP_KINDS = ("scatter", "pareto", "scaling")
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     """Register ``archsim plot`` and its kinds."""
-    parser = sub.add_parser("plot", help="plot a run or a sweep's results as self-contained HTML")
+    parser = sub.add_parser("plot", help=HELP["plot"])
     kinds = parser.add_subparsers(dest="kind", required=True, parser_class=type(parser))
     helps = {
         "breakdown": "time per layer, stacked by bound",

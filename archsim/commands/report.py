@@ -18,6 +18,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from archsim.cli import HELP
 from archsim.commands import training
 from archsim.commands.compare import add_compare_arguments, compare_args
 from archsim.commands.figure_inputs import (
@@ -31,7 +32,7 @@ from archsim.commands.figure_inputs import (
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     """Register ``archsim report run`` and ``archsim report sweep``."""
-    parser = sub.add_parser("report", help="an HTML report of a run or a sweep's results (summary and figures)")
+    parser = sub.add_parser("report", help=HELP["report"])
     kinds = parser.add_subparsers(dest="kind", required=True, parser_class=type(parser))
     run = kinds.add_parser("run", parents=[common], help="summary, breakdown, roofline and timeline of one run")
     add_run_arguments(run)

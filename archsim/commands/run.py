@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from archsim.cli import add_memory_argument, add_trace_arguments, positive_int
+from archsim.cli import HELP, add_memory_argument, add_trace_arguments, positive_int
 from archsim.commands import multichip, scalesim, training
 from archsim.errors import UsageError
 from archsim.models.systolic_layer import StallModel
@@ -17,7 +17,7 @@ from archsim.workloads.trace import Mode
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     """Register ``archsim run``."""
-    parser = sub.add_parser("run", parents=[common], help="simulate a workload on a target")
+    parser = sub.add_parser("run", parents=[common], help=HELP["run"])
     parser.add_argument("target", help="chip name, alias or YAML path (or a SCALE-Sim CONFIG.cfg)")
     parser.add_argument("workload", help="model name, trace file or gemm:MxNxK (or a SCALE-Sim TOPOLOGY.csv)")
     parser.add_argument(

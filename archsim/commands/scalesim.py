@@ -11,15 +11,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from archsim.cli import HELP
 from archsim.models.systolic_layer import StallModel
-from archsim.results.scalesim import run_scalesim
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     """Register ``archsim scalesim``."""
-    parser = sub.add_parser(
-        "scalesim", parents=[common], help="run a SCALE-Sim config and topology (per-layer cycles, traffic)"
-    )
+    parser = sub.add_parser("scalesim", parents=[common], help=HELP["scalesim"])
     parser.add_argument("config", help="SCALE-Sim configuration (.cfg)")
     parser.add_argument("topology", help="SCALE-Sim topology (.csv, convolution or M,N,K GEMM format)")
     parser.add_argument(
@@ -41,6 +39,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run and print the per-layer table or the JSON object."""
+    from archsim.results.scalesim import run_scalesim  # SCALE-Sim's file readers: not for other runs
+
     result = run_scalesim(args.config, args.topology, StallModel(args.model))
     print(result.to_json() if args.json else "\n".join(result.table()))
     return 0

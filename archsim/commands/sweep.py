@@ -5,14 +5,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from archsim.cli import positive_int
+from archsim.cli import HELP, positive_int
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     """Register ``archsim sweep``."""
-    parser = sub.add_parser(
-        "sweep", parents=[common], help="run a sweep of chip/system variants (resumable); see README"
-    )
+    parser = sub.add_parser("sweep", parents=[common], help=HELP["sweep"])
     parser.add_argument("spec", metavar="SPEC", help="sweep description: a YAML path, or a name on the search path")
     parser.add_argument("--out", metavar="DIR", default=None, help="results folder (rows.jsonl, results.parquet)")
     parser.add_argument(

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from archsim.cli import add_trace_arguments, positive_int
+from archsim.cli import HELP, add_trace_arguments, positive_int
 from archsim.errors import UsageError
 from archsim.run.request import stack_trace_options, trace_options
 from archsim.spec.common import Precision
@@ -41,7 +41,7 @@ def _common_options(parser: argparse.ArgumentParser) -> None:
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     """Register ``archsim trace``."""
-    parser = sub.add_parser("trace", parents=[common], help="import ONNX models and Chakra ETs; export Chakra ETs")
+    parser = sub.add_parser("trace", parents=[common], help=HELP["trace"])
     actions = parser.add_subparsers(dest="trace_action", required=True, metavar="ACTION")
     imp = actions.add_parser("import", parents=[common], help="an ONNX model or a Chakra ET as a trace file")
     imp.add_argument("source", help="MODEL.onnx or TRACE.et")

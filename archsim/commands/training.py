@@ -12,7 +12,6 @@ import argparse
 from archsim.errors import UsageError
 from archsim.results.records import RunResult
 from archsim.spec.library import Library
-from archsim.time_to_train import extend
 from archsim.units import format_time
 
 
@@ -53,6 +52,8 @@ def extend_args(result: RunResult, args: argparse.Namespace) -> RunResult:
     check_args(args)
     if args.input_decode is None and not args.time_to_train:
         return result
+    from archsim.time_to_train import extend  # convergence data and input pipelines: only for these options
+
     collective = getattr(args, "collective", "auto")
     options = {
         "batch": args.batch,

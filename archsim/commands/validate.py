@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from archsim.cli import HELP
 from archsim.spec.library import Library
 from archsim.spec.uncertainty import ANY
 from archsim.spec.validation import Group, Level, Metric
@@ -16,7 +17,7 @@ from archsim.validation import ValidationReport, validate
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     """Register ``archsim validate``."""
-    parser = sub.add_parser("validate", parents=[common], help="compare predictions with published results")
+    parser = sub.add_parser("validate", parents=[common], help=HELP["validate"])
     parser.add_argument("--table", default="published", help="validation table name or path (default: published)")
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
     parser.add_argument("--plot", metavar="OUT.html", help="write a scatter of predicted vs published")

@@ -39,11 +39,12 @@ from archsim.models.systolic_map import (
     fold_classes,
     fold_grid,
 )
-from archsim.spec.scalesim import TopologyLayer
 
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
+
+    from archsim.spec.scalesim import TopologyLayer
 
 
 class StallModel(enum.StrEnum):

@@ -26,7 +26,6 @@ from archsim.spec.energy import EnergySpec
 from archsim.spec.library import Library
 from archsim.spec.link import LinkSpec
 from archsim.spec.memory import MemorySpec
-from archsim.spec.yamlio import validate
 
 TECHNOLOGY = "cmos"
 """The energy technology (``energy/cmos.yaml``) every run is priced with; a user folder may shadow it."""
@@ -122,7 +121,7 @@ def _original(chip: ChipSpec, library: Library) -> ChipSpec | None:
         return None
     if library.spec(entry) is not chip:  # the name's entry holds another chip: this one is not its variant
         return None
-    original: ChipSpec = validate(ChipSpec, entry.data, entry.source)
+    original: ChipSpec = library.file_spec(entry)
     return None if original == chip else original
 
 

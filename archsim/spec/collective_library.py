@@ -75,7 +75,7 @@ class CollectiveLibrarySpec(Spec):
     wire_efficiency: Fraction = 1.0
     """Fraction of a link's bandwidth the library's data movement reaches, whatever the protocol."""
     protocols: dict[Name, Protocol] = Field(min_length=1)
-    algorithms: tuple[AlgorithmRule, ...] = (AlgorithmRule(algorithm=Algorithm.AUTO),)
+    algorithms: tuple[AlgorithmRule, ...] = Field(default_factory=lambda: (AlgorithmRule(algorithm=Algorithm.AUTO),))
     sources: dict[str, str]
 
     @model_validator(mode="after")

@@ -23,7 +23,7 @@ SCHEMA_VERSION = 1
 class Spec(BaseModel):
     """Base of every description section: frozen, unknown keys rejected, no coercion of types."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 def _quantity(dimension: Dimension, allow_zero: bool = False) -> Any:

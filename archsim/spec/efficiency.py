@@ -54,4 +54,5 @@ class Efficiency(Spec):
 
     def merged(self, override: Efficiency) -> Efficiency:
         """A copy with every field that ``override`` sets replaced."""
-        return self.model_copy(update={k: v for k, v in override.model_dump().items() if v is not None})
+        # iterating a model gives its (field, value) pairs: no serializer to build, as model_dump() would
+        return self.model_copy(update={k: v for k, v in override if v is not None})

@@ -5,7 +5,8 @@ folders in the ``ARCHSIM_PATH`` environment variable (separated by ``os.pathsep`
 library (``chips/``, ``memory/``, ``interconnect/``, ``software/``, ``workloads/``, ``validation/``,
 ``sweeps/``), which ships inside the wheel and is read from the source tree in a checkout. A name
 found earlier in the path shadows a later one, so a user folder can replace a built-in chip. Every YAML
-file under a folder is indexed by its ``kind``, ``name`` and ``aliases``; a path to a file works wherever a name does.
+file under a folder is indexed by its ``kind``, ``name`` and ``aliases`` (kept between runs by
+:mod:`archsim.spec.cache`, with each file's validated spec); a path to a file works wherever a name does.
 
 A system with one torus level can be sliced: ``SYSTEM:AxBxC`` (``tpu-v4-pod:4x4x4``) is the system
 with that level's shape replaced by the slice's, every dimension at most the pod's; which dimensions
@@ -21,63 +22,32 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from archsim.errors import LookupFailed, SpecError, UsageError
 from archsim.limits import description_files
-from archsim.spec.chip import ChipSpec
-from archsim.spec.collective_library import CollectiveLibrarySpec
-from archsim.spec.common import parse_shape
-from archsim.spec.convergence import ConvergenceSpec
-from archsim.spec.energy import EnergySpec
-from archsim.spec.family import FamilySpec
-from archsim.spec.link import LinkSpec
-from archsim.spec.memory import MemorySpec
-from archsim.spec.mlperf import MlperfSpec
-from archsim.spec.model import ModelSpec
-from archsim.spec.software import SoftwareSpec
-from archsim.spec.sweep import SweepSpec
-from archsim.spec.system import SystemSpec
-from archsim.spec.uncertainty import UncertaintySpec
-from archsim.spec.validation import ValidationSpec
-from archsim.spec.yamlio import read_yaml, validate
+from archsim.spec.cache import Problem, load_spec, read_headers, store_spec
+from archsim.spec.entry import SPEC_CLASSES, Entry, builtin_roots, display_path
+
+__all__ = ["ENV_VAR", "SPEC_CLASSES", "Entry", "Library", "builtin_roots", "display_path", "suggest"]
+
+if TYPE_CHECKING:
+    from archsim.spec.chip import ChipSpec
+    from archsim.spec.collective_library import CollectiveLibrarySpec
+    from archsim.spec.convergence import ConvergenceSpec
+    from archsim.spec.energy import EnergySpec
+    from archsim.spec.family import FamilySpec
+    from archsim.spec.link import LinkSpec
+    from archsim.spec.memory import MemorySpec
+    from archsim.spec.mlperf import MlperfSpec
+    from archsim.spec.model import ModelSpec
+    from archsim.spec.software import SoftwareSpec
+    from archsim.spec.sweep import SweepSpec
+    from archsim.spec.system import SystemSpec
+    from archsim.spec.uncertainty import UncertaintySpec
+    from archsim.spec.validation import ValidationSpec
 
 ENV_VAR = "ARCHSIM_PATH"
-BUILTIN_FOLDERS = (
-    "chips",
-    "memory",
-    "interconnect",
-    "energy",
-    "software",
-    "workloads",
-    "validation",
-    "sweeps",
-    "convergence",
-)
-SPEC_CLASSES: dict[str, type[Any]] = {
-    "chip": ChipSpec,
-    "family": FamilySpec,
-    "memory": MemorySpec,
-    "link": LinkSpec,
-    "model": ModelSpec,
-    "system": SystemSpec,
-    "collective-library": CollectiveLibrarySpec,
-    "energy": EnergySpec,
-    "validation": ValidationSpec,
-    "sweep": SweepSpec,
-    "software": SoftwareSpec,
-    "convergence": ConvergenceSpec,
-    "mlperf": MlperfSpec,
-    "uncertainty": UncertaintySpec,
-}
-
-
-def builtin_roots() -> list[Path]:
-    """Folders of the built-in library: packaged in the wheel, or in the source checkout."""
-    package = Path(__file__).resolve().parent.parent
-    packaged = package / "_library"
-    base = packaged if packaged.is_dir() else package.parent
-    return [base / folder for folder in BUILTIN_FOLDERS if (base / folder).is_dir()]
 
 
 def suggest(name: str, known: Sequence[str]) -> str:
@@ -96,52 +66,6 @@ def suggest(name: str, known: Sequence[str]) -> str:
     return "`archsim list` shows the known names"
 
 
-def display_path(path: Path) -> str:
-    """How messages name a description file: relative to its library or the working directory.
-
-    A built-in description is named from the library's folder (``chips/v100-16gb.yaml``), a file under
-    the working directory from there; anything else as it was given.
-    """
-    if not path.is_absolute():
-        return str(path)
-    cwd = Path.cwd()
-    bases = [root.parent for root in builtin_roots()[:1]] + ([cwd] if cwd != Path(cwd.anchor) else [])
-    for base in bases:
-        try:
-            return str(path.relative_to(base))
-        except ValueError:
-            continue
-    return str(path)
-
-
-class Entry:
-    """One indexed description file: its kind, name, aliases and one-line description.
-
-    ``path`` is where the file is; ``source`` how messages name it (:func:`display_path`).
-    """
-
-    __slots__ = ("aliases", "data", "description", "kind", "name", "path", "source")
-
-    def __init__(self, path: Path, data: dict[str, Any]) -> None:
-        source = display_path(path)
-        self.source = source
-        for key in ("kind", "name"):
-            if not isinstance(data.get(key), str):
-                raise SpecError(source, key, "missing or not a string")
-        aliases = data.get("aliases", [])
-        if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
-            raise SpecError(source, "aliases", "must be a list of names")
-        self.kind: str = data["kind"]
-        self.name: str = data["name"]
-        self.aliases: tuple[str, ...] = tuple(aliases)
-        description = data.get("description", "")
-        self.description = (
-            description.strip().splitlines()[0] if isinstance(description, str) and description.strip() else ""
-        )
-        self.path = path
-        self.data = data
-
-
 class Library:
     """An indexed search path of description folders."""
 
@@ -158,19 +82,19 @@ class Library:
                 raise LookupFailed(str(root), "search path", "not a folder")
         self.roots: list[Path] = roots + builtin_roots()
         self._specs: dict[tuple[str, str], Any] = {}
+        self._file_specs: dict[tuple[str, str], Any] = {}  # shared by with_specs copies: files are files
 
     @cached_property
     def _index(self) -> dict[tuple[str, str], Entry]:
+        # every file's header, from the cache where its file is unchanged (archsim.spec.cache)
+        files = [path for root in self.roots for path in description_files(root)]
         index: dict[tuple[str, str], Entry] = {}
-        for root in self.roots:
-            for path in description_files(root):
-                try:
-                    data = read_yaml(path)
-                except SpecError as err:  # named as every message names a description file
-                    raise SpecError(display_path(path), err.field, err.problem) from None
-                entry = Entry(path, data)
-                for name in (entry.name, *entry.aliases):
-                    index.setdefault((entry.kind, name), entry)
+        for path, header in zip(files, read_headers(self.roots, files), strict=True):
+            if isinstance(header, Problem):
+                raise SpecError(display_path(path), header.field, header.problem)
+            entry = Entry(path, None, header)
+            for name in (entry.name, *entry.aliases):
+                index.setdefault((entry.kind, name), entry)
         return index
 
     def with_specs(self, replacements: Mapping[Entry, Any]) -> Library:
@@ -199,6 +123,8 @@ class Library:
         if "system" in kinds and ":" in name and not name.endswith((".yaml", ".yml")):
             return self._slice(name)
         if name.endswith((".yaml", ".yml")) or os.sep in name:
+            from archsim.spec.yamlio import read_yaml
+
             path = Path(name)
             entry = Entry(path, read_yaml(path))
             if entry.kind not in kinds:
@@ -227,6 +153,8 @@ class Library:
         pod = level.get("shape")
         if not isinstance(pod, list) or not all(isinstance(n, int) for n in pod):
             raise SpecError(base.source, f"levels.{level_name}.shape", "must be a list of integers")
+        from archsim.spec.common import parse_shape
+
         try:
             shape = parse_shape(shape_text, len(pod))
         except ValueError as err:
@@ -245,13 +173,31 @@ class Library:
         return Entry(Path(f"{base.path}:{'x'.join(map(str, shape))}"), data)
 
     def spec(self, entry: Entry) -> Any:
-        """The validated spec of an entry (cached per file)."""
+        """The validated spec of an entry (cached per file), or the one :meth:`with_specs` put in its place."""
         key = (entry.kind, str(entry.path))
         if key not in self._specs:
+            self._specs[key] = self.file_spec(entry)
+        return self._specs[key]
+
+    def file_spec(self, entry: Entry) -> Any:
+        """The validated spec of an entry as its file describes it, whatever :meth:`with_specs` replaced.
+
+        Validated once per file; an indexed file's spec is read from the cache while the file is
+        unchanged (:mod:`archsim.spec.cache`), and written to it once validated.
+        """
+        key = (entry.kind, str(entry.path))
+        if key not in self._file_specs:
             if entry.kind not in SPEC_CLASSES:
                 raise SpecError(entry.source, "kind", f"unknown kind {entry.kind!r}")
-            self._specs[key] = validate(SPEC_CLASSES[entry.kind], entry.data, entry.source)
-        return self._specs[key]
+            spec = load_spec(entry.path, entry.kind) if entry.indexed else None
+            if spec is None:
+                from archsim.spec.yamlio import validate
+
+                spec = validate(SPEC_CLASSES[entry.kind], entry.data, entry.source)
+                if entry.indexed:
+                    store_spec(entry.path, entry.kind, spec)
+            self._file_specs[key] = spec
+        return self._file_specs[key]
 
     def chip(self, name: str) -> ChipSpec:
         """A chip by name, alias or path, with its memory technologies checked to exist."""

@@ -124,7 +124,7 @@ class SoftwareSpec(Spec):
     """The family of chips the stack runs on."""
     dispatch: Dispatch
     rewrites: tuple[RewriteRule, ...] = ()
-    kernels: Kernels = Kernels()
+    kernels: Kernels = Field(default_factory=Kernels)
     input_pipeline: SamplesPerSecond | None = None
     """Most samples per second the stack's input pipeline delivers to one chip (None: no cap)."""
     collective_library: Name | None = None
@@ -151,7 +151,7 @@ class SoftwareSpec(Spec):
         values: dict[str, float] = {field: getattr(self.dispatch, name) for name, field in DISPATCH_FIELDS.items()}
         if precision in self.kernels.compute:
             values["compute"] = self.kernels.compute[precision]
-        return Efficiency().model_copy(update=values)
+        return Efficiency.model_construct(set(values), **values)  # Efficiency() with these set, as validated
 
     def with_efficiency(self, efficiency: Efficiency) -> SoftwareSpec:
         """A copy whose dispatch times are ``efficiency``'s (calibration tries values this way)."""

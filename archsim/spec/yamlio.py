@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import stat
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
 
 from archsim.errors import SpecError
 from archsim.limits import MAX_FILE_BYTES as MAX_FILE_BYTES  # re-exported: traces use it
 from archsim.spec.yamlguard import check_yaml_structure
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 _BaseLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -127,11 +129,13 @@ def _problem(error: Any) -> str:
     return f"{message[0].lower()}{message[1:]}, got {shown}"
 
 
-Model = TypeVar("Model", bound=BaseModel)
+Model = TypeVar("Model", bound="BaseModel")
 
 
 def validate(cls: type[Model], data: Any, source: str) -> Model:
     """Validate ``data`` as ``cls``; the first problem becomes a SpecError naming source and field."""
+    from pydantic import ValidationError  # imported by cls's module already; here only by name
+
     if isinstance(data, dict):
         version = data.get("schema_version")
         if version is not None and (type(version) is not int or version != 1):  # not True, not 1.0

@@ -24,7 +24,7 @@ import math
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from archsim.errors import SpecError, UsageError
 from archsim.spec.common import Fusion, Precision
@@ -41,9 +41,20 @@ from archsim.workloads.onnx_import import is_onnx
 from archsim.workloads.options import TraceOptions
 from archsim.workloads.resnet import resnet_graph
 from archsim.workloads.trace import Mode, Trace
-from archsim.workloads.traceio import read_description, read_trace, trace_from_data, write_trace
+
+if TYPE_CHECKING:
+    from archsim.workloads.traceio import read_trace, write_trace
 
 __all__ = ["Fusion", "TraceOptions", "build_trace", "from_torch", "microbatch_trace", "read_trace", "write_trace"]
+
+
+def __getattr__(name: str) -> Any:
+    # trace files need the YAML reader, which a run of a built-in model does not load
+    if name in ("read_trace", "write_trace"):
+        from archsim.workloads import traceio
+
+        return getattr(traceio, name)
+    raise AttributeError(f"module 'archsim.workloads' has no attribute {name!r}")
 
 
 def from_torch(*args: Any, **kwargs: Any) -> Trace:
@@ -231,6 +242,8 @@ def _build(
         checked = batch if fixed_batch_checked else None
         return _file_trace(chakra, workload, mode, checked, precision, seq_len), True
     if workload.endswith((".yaml", ".yml")) or os.sep in workload:
+        from archsim.workloads.traceio import read_description
+
         # read here rather than in Library.find, so that a large trace file is parsed fast, once
         entry = Entry(Path(workload), read_description(Path(workload)))
         if entry.kind not in ("model", "trace"):
@@ -238,6 +251,8 @@ def _build(
     else:
         entry = library.find(["model", "trace"], workload)
     if entry.kind == "trace":
+        from archsim.workloads.traceio import trace_from_data
+
         _built_already(entry.source, options)
         trace = trace_from_data(entry.data, entry.source)
         checked = batch if fixed_batch_checked else None

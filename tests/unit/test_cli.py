@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from archsim.spec.cache import CACHE_ENV
 from tests.cli import chip_file, run_cli
 
 
@@ -144,3 +146,49 @@ def test_console_script_prints_no_traceback(tmp_path: Path) -> None:
     assert proc.stdout == ""
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip() == f"archsim: error: {path}: line 2: not valid YAML: duplicate key 'a'"
+
+
+def _modules_after(code: str, cache: Path) -> set[str]:
+    """The modules a fresh interpreter has loaded after running ``code`` (with its own cache folder)."""
+    script = f"import sys\n{code}\nprint(' '.join(sorted(sys.modules)))"
+    env = {**os.environ, CACHE_ENV: str(cache)}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
+    return set(done.stdout.splitlines()[-1].split())
+
+
+HEAVY = {"numpy", "pandas", "plotly", "numba", "torch", "onnx", "hypothesis", "optuna", "pyarrow"}
+"""Packages no run of a built-in chip and model needs."""
+
+
+def test_import_archsim_loads_nothing_else(tmp_path: Path) -> None:
+    loaded = _modules_after("import archsim", tmp_path)
+    assert {m for m in loaded if m.startswith("archsim.")} == set()
+    assert not {"pydantic", "yaml", "simpy"} & loaded
+
+
+def test_list_loads_neither_pydantic_nor_the_engine(tmp_path: Path) -> None:
+    listing = "from archsim.cli import main\nmain(['list', 'chips'])"
+    cold = _modules_after(listing, tmp_path)
+    warm = _modules_after(listing, tmp_path)
+    for loaded in (cold, warm):
+        assert not {"pydantic", "simpy", "archsim.engine", "archsim.commands.run"} & loaded
+        assert not HEAVY & loaded
+    assert "yaml" not in warm  # every header came from the cache
+
+
+def test_run_loads_only_what_it_uses(tmp_path: Path) -> None:
+    run = "from archsim.cli import main\nmain(['run', 'v100', 'resnet50', '--json'])"
+    _modules_after(run, tmp_path)
+    warm = _modules_after(run, tmp_path)
+    assert not HEAVY & warm
+    assert not {"yaml", "archsim.commands.listing", "archsim.commands.sweep"} & warm
+
+
+def test_help_lists_every_subcommand_as_the_full_parser_does(capsys: pytest.CaptureFixture[str]) -> None:
+    from archsim.cli import COMMANDS, build_parser
+
+    full = build_parser().format_help()
+    assert build_parser([]).format_help() == full
+    for name, (_, text) in COMMANDS.items():
+        assert name in full
+        assert " ".join(text.split()[:3]) in " ".join(full.split())
