@@ -194,3 +194,21 @@ def test_list_prints_the_same_with_and_without_a_cache(
         outputs.append(out)
     assert outputs[0] == outputs[1] == outputs[2]
     assert "v100-16gb" in outputs[0]
+
+
+def test_a_plug_in_family_s_chip_is_not_recorded(cache: Path, tmp_path: Path) -> None:
+    class ForeignSection:  # a section class whose code lies outside archsim (the cache's key covers archsim only)
+        pass
+
+    ForeignSection.__module__ = "toyfam"
+    foreign = type("Spec", (), {"section": ForeignSection()})()
+    builtin = Library(use_env=False).chip("v100")
+    before = len(list((cache / "specs").glob("*.pickle")))
+    for name, spec in (("plugin", foreign), ("own", builtin)):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text("kind: chip\n")
+        _settle(path)
+        cache_module.store_spec(path, "chip", spec)
+    stored = list((cache / "specs").glob("*.pickle"))
+    assert len(stored) == before + 1  # the chip of a built-in family only
+    assert cache_module.load_spec(tmp_path / "plugin.yaml", "chip") is None
