@@ -13,7 +13,6 @@ replace the originals, with the run arguments the ``run.`` values and the settin
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import itertools
 import json
@@ -68,16 +67,36 @@ def si_value(value: Any) -> Any:
 
 
 def task_key(spec: SweepSpec, configuration: Configuration, workload: WorkloadEntry) -> str:
-    """The stable key of a row: a hash of everything that determines its result (given the library)."""
-    canonical = {
-        "target": configuration.target,
-        "values": sorted([path, value] for path, value in configuration.values),
-        "workload": workload.model_dump(mode="json"),
-        "settings": spec.settings.model_dump(mode="json"),
-        "rescale_peak": spec.rescale_peak,
-    }
-    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+    """The stable key of a row: a hash of everything that determines its result (given the library).
+
+    The hash is of the canonical JSON (sorted keys, no spaces) of the target, the axis values sorted
+    by path, the workload entry, the settings and ``rescale_peak``.
+    """
+    return TaskKeys(spec).key(configuration, workload)
+
+
+class TaskKeys:
+    """:func:`task_key` for many rows of one sweep: the JSON of what every row shares is written once."""
+
+    def __init__(self, spec: SweepSpec) -> None:
+        # the canonical object's keys in sorted order: rescale_peak, settings, target, values, workload
+        self.head = '{"rescale_peak":' + _canonical(spec.rescale_peak) + ',"settings":'
+        self.head += _canonical(spec.settings.model_dump(mode="json")) + ',"target":'
+        self.workloads: dict[int, str] = {}
+        self.spec = spec
+
+    def key(self, configuration: Configuration, workload: WorkloadEntry) -> str:
+        """The row's key, as :func:`task_key` defines it."""
+        tail = self.workloads.get(id(workload))
+        if tail is None:
+            tail = self.workloads[id(workload)] = ',"workload":' + _canonical(workload.model_dump(mode="json")) + "}"
+        values = _canonical(sorted([path, value] for path, value in configuration.values))
+        text = self.head + _canonical(configuration.target) + ',"values":' + values + tail
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
 def iter_configurations(spec: SweepSpec, source: str) -> Iterator[Configuration]:
@@ -110,25 +129,37 @@ def configurations(spec: SweepSpec, source: str) -> list[Configuration]:
 def tasks(spec: SweepSpec, source: str) -> list[Task]:
     """Every row of the sweep, in order, each with its key."""
     entries = spec.workload_entries
+    keys = TaskKeys(spec)
     rows: list[Task] = []
     for configuration in iter_configurations(spec, source):
         for workload in entries:
-            key = task_key(spec, configuration, workload)
+            key = keys.key(configuration, workload)
             rows.append(Task(key, len(rows), configuration, workload))
     return rows
 
 
 def _set_path(data: dict[str, Any], parts: list[str], value: Any) -> None:
-    """Set ``data[parts[0]][parts[1]]... = value`` in place, creating missing mappings."""
+    """Set ``data[parts[0]][parts[1]]... = value``, creating missing mappings.
+
+    ``data`` is a shallow copy of a description's data: each mapping on the path is copied before it
+    is changed (once: a copy is marked by being a :class:`_Copied`), so the description's own data,
+    which other variants start from, is never touched and nothing off the path is copied.
+    """
     node = data
     for part in parts[:-1]:
         child = node.get(part)
         if child is None:
-            child = node[part] = {}
+            child = node[part] = _Copied()
         elif not isinstance(child, dict):
             raise ValueError(f"{part!r} is a {type(child).__name__}, not a section")
+        elif not isinstance(child, _Copied):
+            child = node[part] = _Copied(child)
         node = child
     node[parts[-1]] = value
+
+
+class _Copied(dict[str, Any]):
+    """A mapping of a variant's data that was copied for it (see :func:`_set_path`)."""
 
 
 def _rescaled_peaks(base: ChipSpec, data: dict[str, Any]) -> None:
@@ -184,13 +215,13 @@ def variant(
             slot = f"{root}.{name}"
             if slot not in edited:
                 found = library.find([root], name)
-                edited[slot] = (found, copy.deepcopy(found.data))
+                edited[slot] = (found, _Copied(found.data))
         else:
             if root not in entries:
                 raise SpecError(source, path, f"target {target!r} is a chip, not a system")
             slot = root
             if slot not in edited:
-                edited[slot] = (entries[root], copy.deepcopy(entries[root].data))
+                edited[slot] = (entries[root], _Copied(entries[root].data))
         try:
             _set_path(edited[slot][1], rest.split("."), value)
         except ValueError as err:

@@ -1,0 +1,257 @@
+"""The batch path of a sweep: a chunk's configurations priced together instead of one run at a time.
+
+It applies to a sweep (:func:`batch_reason` is None) whose targets are all single chips of a family
+with a vectorized model (today: systolic arrays, :mod:`archsim.models.systolic_batch`) and no user
+op-cost functions, whose axes are all ``chip.`` fields, and whose runs are one-chip steps (no
+``nodes``, pipeline, time to train or input pipeline settings). Everything else is the event path
+(:func:`archsim.sweep.worker.run_chunk`): multi-chip systems (collectives contend for links in
+SimPy), other families, link/memory/system axes.
+
+Within a chunk each row is prepared as :func:`archsim.simulate` prepares a one-chip run: the
+variant is built and validated (:func:`~archsim.sweep.expand.variant`, so a bad combination is
+refused in the same words), the software, precision, trace (built once per distinct workload
+setting) and efficiencies are resolved, the memory check runs. Rows that share a trace, software and
+efficiencies are then evaluated together (:func:`archsim.sweep.batch_eval.evaluate`); a row whose
+preparation raises, or that the vectorized path cannot price exactly, runs on the event path, so
+the table is the per-configuration path's, row for row.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+from archsim.api import _choice, default_batch_trace, prompt_or_sequence, rebuilder, simulate, stack_trace_options
+from archsim.errors import ArchsimError, LookupFailed, UsageError
+from archsim.limits import check_trace_ops
+from archsim.memory_fit import Need, check_needs, trace_needs
+from archsim.models.energy import chip_energy
+from archsim.models.plugins import has_op_costs
+from archsim.results.power import TECHNOLOGY
+from archsim.spec.chip import ChipSpec, Efficiency, Family
+from archsim.spec.common import Precision, StreamingMemory
+from archsim.spec.library import Library
+from archsim.spec.software import SoftwareSpec
+from archsim.spec.sweep import SweepSpec
+from archsim.spec.yamlio import validate
+from archsim.stack import check_name, default_software, is_kernel, planned_software, stack_efficiency
+from archsim.sweep.batch_eval import Group, evaluate
+from archsim.sweep.expand import Configuration, Task, run_arguments, si_value, variant
+from archsim.sweep.worker import SweepContext, design_columns, result_columns, run_chunk, worker_library
+from archsim.uncertainty import with_error_bars
+from archsim.workloads import build_trace
+from archsim.workloads.trace import Mode, Trace
+
+BATCH_FAMILIES = (Family.SYSTOLIC,)
+"""Families whose cost model has a vectorized twin."""
+ONE_CHIP_SETTINGS = ("nodes", "microbatches", "input_decode")
+"""Run settings that, when set, make a run more than one chip's step (or add an input pipeline)."""
+
+
+def batch_reason(spec: SweepSpec, library: Library) -> str | None:
+    """Why the sweep cannot take the batch path (one line), or None when it can."""
+    settings = spec.settings
+    for name in ONE_CHIP_SETTINGS:
+        if getattr(settings, name) is not None:
+            return f"settings.{name} is set"
+    if settings.pipeline_stages != 1 or settings.time_to_train:
+        return "a multi-stage or time-to-train run"
+    for path in spec.axis_paths:
+        if not path.startswith("chip."):
+            return f"axis {path} is not a chip field"
+    for target in spec.targets:
+        entry = library.find(["chip", "system"], target)
+        if entry.kind != "chip":
+            return f"target {target} is a system"
+        family = library.chip(target).family
+        if family not in BATCH_FAMILIES:
+            return f"target {target} is a {family.value} chip (no vectorized model)"
+        if has_op_costs(family.value):
+            return f"user op-cost functions are registered for {family.value}"
+    return None
+
+
+@dataclass
+class _Prepared:
+    """One row ready to price: its chip variant, trace, software and efficiencies."""
+
+    task: Task
+    library: Library
+    chip: ChipSpec
+    trace: Trace
+    software: SoftwareSpec
+    named: str | None
+
+
+class _Traces:
+    """Traces already built in this worker, and the memory each needs (:func:`~archsim.memory_fit.trace_needs`).
+
+    Keyed by everything :func:`archsim.workloads.build_trace` reads.
+    """
+
+    def __init__(self) -> None:
+        self.built: dict[tuple[Any, ...], Trace] = {}
+        self.needs: dict[int, tuple[Trace, list[Need]]] = {}
+
+    def needs_of(self, trace: Trace) -> list[Need]:
+        """:func:`~archsim.memory_fit.trace_needs`, once per trace (it sums every op's tensors)."""
+        found = self.needs.get(id(trace))
+        if found is None or found[0] is not trace:
+            found = self.needs[id(trace)] = (trace, trace_needs(trace))
+        return found[1]
+
+    def get(self, library: Library, *arguments: Any) -> Trace:
+        key = tuple(repr(a) for a in arguments)
+        if key not in self.built:
+            self.built[key] = build_trace(arguments[0], library, *arguments[1:])
+        return self.built[key]
+
+
+def _prepare(library: Library, task: Task, arguments: dict[str, Any], traces: _Traces) -> _Prepared:
+    """What :func:`archsim.simulate` and :func:`archsim.api.run_trace` do before pricing, for a chip."""
+    target, workload = task.configuration.target, task.workload.name
+    mode, batch, precision = arguments["mode"], arguments["batch"], arguments["precision"]
+    fusion, recompute = arguments["fusion"], arguments["recompute"]
+    seq_len = prompt_or_sequence(mode, arguments["seq_len"], None)
+    explicit = check_name(arguments["software"])
+    streaming = _choice(StreamingMemory, arguments["streaming_memory"], "--streaming-memory")
+    chip = library.chip(target)
+    run_mode = _choice(Mode, mode, "--mode")
+    run_precision = chip.default_precision if precision is None else _choice(Precision, precision, "--precision")
+    if run_precision not in chip.peak:
+        raise UsageError(chip.name, "--precision", "not supported")  # the event path words it
+    stack = planned_software(library, chip, explicit, workload)
+    options = stack_trace_options(stack, run_mode, run_precision, fusion, recompute, None)
+    trace = traces.get(library, workload, run_mode, batch, run_precision, seq_len, options)
+    rebuild = rebuilder(workload, library, run_mode, run_precision, seq_len, options)
+    trace = default_batch_trace(chip, streaming, trace, batch, rebuild)
+    check_trace_ops(len(trace.ops), trace.name)
+    check_needs(chip, streaming, trace, traces.needs_of, rebuild if "model" in trace.meta else None)
+    software = stack if explicit is not None else default_software(library, chip, is_kernel(trace))
+    return _Prepared(task, library, chip, trace, software, explicit)
+
+
+class _Efficiencies:
+    """:func:`archsim.stack.stack_efficiency` once per family, software, precision and chip overrides."""
+
+    def __init__(self) -> None:
+        self.known: dict[tuple[Any, ...], Efficiency] = {}
+
+    def get(self, library: Library, prepared: _Prepared) -> Efficiency:
+        chip, software, precision = prepared.chip, prepared.software, prepared.trace.precision
+        key = (chip.family, software.name, precision, chip.efficiency)
+        if key not in self.known:
+            self.known[key] = stack_efficiency(library, chip, software, precision, None)
+        return self.known[key]
+
+
+class _Columns:
+    """:func:`archsim.sweep.worker.base_row`, with each axis value's SI number computed once."""
+
+    def __init__(self) -> None:
+        self.si: dict[tuple[type, Any], Any] = {}
+
+    def base_row(self, task: Task) -> dict[str, Any]:
+        configuration = task.configuration
+        row: dict[str, Any] = {"key": task.key, "target": configuration.target, "workload": task.workload.name}
+        for path, value in configuration.values:
+            try:
+                key = (type(value), value)
+                if key not in self.si:
+                    self.si[key] = si_value(value)
+                row[path] = self.si[key]
+            except TypeError:  # a list or mapping value: not hashable
+                row[path] = si_value(value)
+        return row
+
+
+def _warm(library: Library, context: SweepContext, chunk: list[Task]) -> None:
+    """Run each target and workload of ``chunk`` once on the unvaried library, for its side effect.
+
+    A variant library shares the specs its parent has validated so far, not those validated later:
+    one plain run validates everything a run reads (families, software, memory and energy tables,
+    error bars) in the parent, so that no variant validates them again. A run that fails is ignored
+    (its rows will say why).
+    """
+    seen: set[tuple[str, str]] = set()
+    for task in chunk:
+        key = (task.configuration.target, task.workload.name)
+        if key in seen:
+            continue
+        seen.add(key)
+        arguments = run_arguments(context.spec, task.workload, {})
+        for name in ("time_to_train", "optimizer", "input_decode"):  # (not set on the batch path)
+            arguments.pop(name)
+        with contextlib.suppress(ArchsimError):
+            simulate(key[0], key[1], library=library, **arguments)
+
+
+def _original(library: Library, chip: ChipSpec, cache: dict[str, ChipSpec | None]) -> ChipSpec | None:
+    """The chip ``chip`` is a variant of, as :func:`archsim.results.power.priced` finds it (validated once)."""
+    if chip.name not in cache:
+        try:
+            entry = library.find(["chip"], chip.name)
+            cache[chip.name] = validate(ChipSpec, entry.data, entry.source)
+        except LookupFailed:
+            cache[chip.name] = None
+    original = cache[chip.name]
+    return None if original is None or original == chip else original
+
+
+def run_batch_chunk(context: SweepContext, chunk: list[Task]) -> list[dict[str, Any]]:
+    """The rows of ``chunk``, as :func:`~archsim.sweep.worker.run_chunk` computes them, priced together."""
+    library = worker_library(context.search_path)
+    spec = context.spec
+    traces = _Traces()
+    rows: dict[str, dict[str, Any]] = {}
+    event: list[Task] = []
+    groups: dict[tuple[Any, ...], list[_Prepared]] = {}
+    last: tuple[Configuration, Library, dict[str, Any]] | None = None
+    originals: dict[str, ChipSpec | None] = {}
+    efficiencies, columns = _Efficiencies(), _Columns()
+    _warm(library, context, chunk)
+    for task in chunk:
+        try:
+            if last is None or last[0] != task.configuration:
+                last = (task.configuration, *variant(library, spec, context.source, task.configuration))
+            _, variant_library, run = last
+            arguments = run_arguments(spec, task.workload, run)
+            prepared = _prepare(variant_library, task, arguments, traces)
+            efficiency = efficiencies.get(variant_library, prepared)
+        except ArchsimError:
+            event.append(task)  # refused: the event path gives the row its error, in its words
+            continue
+        section = prepared.chip.systolic
+        assert section is not None  # batch_reason let only systolic targets through
+        key = (id(prepared.trace), efficiency, prepared.software.name, section.dataflow)
+        groups.setdefault(key, []).append(prepared)
+    tech_entry = library.find(["energy"], TECHNOLOGY)
+    tech = library.spec(tech_entry)
+    for (_, efficiency, _, _), members in groups.items():
+        first = members[0]
+        energies = []
+        for p in members:
+            original = _original(library, p.chip, originals)
+            energies.append(chip_energy(p.chip, tech, p.trace.precision, tech_entry.source, original))
+        group = Group(
+            first.trace,
+            efficiency,
+            first.software.name,
+            first.software.input_pipeline,
+            [p.chip for p in members],
+            energies,
+        )
+        for prepared, result in zip(members, evaluate(group), strict=True):
+            if result is None:
+                event.append(prepared.task)
+                continue
+            result = with_error_bars(result, prepared.library, prepared.chip, is_kernel(prepared.trace))
+            row = columns.base_row(prepared.task)
+            row.update(design_columns(prepared.chip, result))
+            row.update(result_columns(result))
+            row["error"] = None
+            rows[prepared.task.key] = row
+    for row in run_chunk(context, event):
+        rows[row["key"]] = row
+    return [rows[t.key] for t in chunk]
