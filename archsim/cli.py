@@ -28,6 +28,7 @@ SUBCOMMANDS = (
     "archsim.commands.baseline",
     "archsim.commands.trace",
     "archsim.commands.sweep",
+    "archsim.commands.optimize",
     "archsim.commands.plot",
     "archsim.commands.report",
     "archsim.commands.collective",
