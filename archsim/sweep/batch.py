@@ -12,8 +12,9 @@ variant is built and validated (:func:`~archsim.sweep.expand.variant`, so a bad 
 refused in the same words), the software, precision, trace (built once per distinct workload
 setting) and efficiencies are resolved, the memory check runs. Rows that share a trace, software and
 efficiencies are then evaluated together (:func:`archsim.sweep.batch_eval.evaluate`); a row whose
-preparation raises, or that the vectorized path cannot price exactly, runs on the event path, so
-the table is the per-configuration path's, row for row.
+preparation raises, that the vectorized path cannot price exactly, or whose group has fewer than
+:data:`MIN_GROUP` rows runs on the event path, so the table is the per-configuration path's, row for
+row.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ from archsim.workloads.trace import Mode, Trace
 
 BATCH_FAMILIES = (Family.SYSTOLIC,)
 """Families whose cost model has a vectorized twin."""
+MIN_GROUP = 8
+"""Fewest rows priced together: the vectorized model's per-op cost (tens of numpy calls per fold class
+and split) only pays for itself over several configurations; smaller groups run on the event path."""
 ONE_CHIP_SETTINGS = ("nodes", "microbatches", "input_decode")
 """Run settings that, when set, make a run more than one chip's step (or add an input pipeline)."""
 
@@ -229,6 +233,9 @@ def run_batch_chunk(context: SweepContext, chunk: list[Task]) -> list[dict[str, 
     tech_entry = library.find(["energy"], TECHNOLOGY)
     tech = library.spec(tech_entry)
     for (_, efficiency, _, _), members in groups.items():
+        if len(members) < MIN_GROUP:
+            event.extend(p.task for p in members)
+            continue
         first = members[0]
         energies = []
         for p in members:

@@ -16,9 +16,12 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast, get_args
+
+from pydantic import BaseModel, ValidationError
 
 from archsim.errors import ArchsimError, SpecError, UnitError
 from archsim.spec.chip import ChipSpec, CubeSection, Family, IpuSection, SystolicSection, TensorCoreSection
@@ -162,6 +165,54 @@ class _Copied(dict[str, Any]):
     """A mapping of a variant's data that was copied for it (see :func:`_set_path`)."""
 
 
+MEMO_SECTIONS = 4096
+"""Validated sections kept by :func:`_validated_section` (least recently used dropped)."""
+_SECTIONS_SEEN: OrderedDict[tuple[type[Any], str], Any] = OrderedDict()
+
+
+def _validated_section(model: type[BaseModel], data: dict[str, Any]) -> BaseModel | None:
+    """``data`` validated as ``model``, memoized by its ``repr``; None when it does not validate alone.
+
+    Variants of one description share most sections, and many variants share the section an axis
+    edits (a sweep's other axes vary around it). A model holding an already validated section as a
+    field value takes it as it is (pydantic does not validate an instance again), so a description
+    whose sections are passed validated gives the same object as from plain data; a section that
+    fails alone is left as data, for the whole description's validation to report in its own words.
+    """
+    key = (model, repr(data))
+    found = _SECTIONS_SEEN.get(key)
+    if found is None:
+        try:
+            found = model.model_validate(data)
+        except ValidationError:
+            return None
+        _SECTIONS_SEEN[key] = found
+        while len(_SECTIONS_SEEN) > MEMO_SECTIONS:
+            _SECTIONS_SEEN.popitem(last=False)
+    else:
+        _SECTIONS_SEEN.move_to_end(key)
+    return cast(BaseModel, found)
+
+
+def _section_model(annotation: Any) -> type[BaseModel] | None:
+    """The one model class of a field's annotation (``X`` or ``X | None``), or None."""
+    models = [a for a in (get_args(annotation) or (annotation,)) if isinstance(a, type) and issubclass(a, BaseModel)]
+    return models[0] if len(models) == 1 else None
+
+
+def _with_validated_sections(cls: type[BaseModel], data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with each section (a mapping held by a model-typed field) replaced by its validated model."""
+    out = dict(data)
+    for name, value in data.items():
+        field = cls.model_fields.get(name)
+        model = None if field is None or not isinstance(value, dict) else _section_model(field.annotation)
+        if model is not None:
+            section = _validated_section(model, value)
+            if section is not None:
+                out[name] = section
+    return out
+
+
 def _rescaled_peaks(base: ChipSpec, data: dict[str, Any]) -> None:
     """Move each published peak in ``data`` by the ratio of the variant's derived peak to the base chip's.
 
@@ -171,9 +222,11 @@ def _rescaled_peaks(base: ChipSpec, data: dict[str, Any]) -> None:
     family = base.family
     section_data = data.get(family.value)
     try:
-        section = _SECTIONS[family].model_validate(section_data)
+        section = _validated_section(_SECTIONS[family], section_data) if isinstance(section_data, dict) else None
         clock = parse(data.get("clock"), Dimension.FREQUENCY)
     except (ValueError, UnitError):
+        return
+    if section is None:
         return
     variant = base.model_copy(update={family.value: section, "clock": clock})
     peaks = dict(data.get("peak") or {})
@@ -231,7 +284,8 @@ def variant(
         if slot == "chip" and spec.rescale_peak and not any(p.startswith("chip.peak") for p in spec.axis_paths):
             _rescaled_peaks(library.spec(found), data)
         try:
-            replacements[found] = validate(SPEC_CLASSES[found.kind], data, slot)
+            model = SPEC_CLASSES[found.kind]
+            replacements[found] = validate(model, _with_validated_sections(model, data), slot)
         except SpecError as err:
             raise SpecError(source, _describe(configuration), f"{err.source}.{err.field}: {err.problem}") from None
     if run:  # the run settings an axis sets take the same values as the sweep's settings

@@ -245,8 +245,8 @@ def _run(
     try:
         for rows in results:
             for row, line in zip(rows, store.append(rows), strict=True):
-                # what a later run reads back from the file, exactly
-                stored.setdefault(row["key"], json.loads(line))
+                # what a later run reads back from the file, exactly (a row of JSON scalars reads back as itself)
+                stored.setdefault(row["key"], row if _json_scalars(row) else json.loads(line))
             bar.update(len(rows))
     finally:
         bar.close()
@@ -254,6 +254,18 @@ def _run(
     if write:
         write_table_atomically(table, store.folder / TABLE_FILE)
     return table
+
+
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def _json_scalars(row: dict[str, Any]) -> bool:
+    """True when every value is a str, int, float, bool or None (exactly those types).
+
+    ``json.loads`` of its ``json.dumps`` is then an equal dict of the same types (floats are written as
+    their shortest repr), so the row need not be read back.
+    """
+    return all(type(value) in _JSON_SCALARS for value in row.values())
 
 
 def build_table(planned: Plan, stored: dict[str, dict[str, Any]]) -> pd.DataFrame:

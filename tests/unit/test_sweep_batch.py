@@ -25,6 +25,12 @@ from archsim.sweep.run import plan
 SWEEPS = next(r for r in builtin_roots() if r.name == "sweeps")
 
 
+@pytest.fixture(autouse=True)
+def every_group_batched(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small test sweeps make small groups: price them together anyway (the event path takes them otherwise)."""
+    monkeypatch.setattr("archsim.sweep.batch.MIN_GROUP", 1)
+
+
 def write_spec(tmp_path: Path, data: dict[str, object]) -> str:
     path = tmp_path / "sweep.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
