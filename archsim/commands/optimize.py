@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     shown = ["target", *goals, *limits, *axes]
     best = found.feasible[:TOP]
     directions = ", ".join(f"{g.column} ({'max' if g.maximize else 'min'})" for g in found.objectives)
-    print(f"{found.trials} trials, {len(found.feasible)} feasible designs; best by {directions}:")
+    print(f"{found.trials} trials, {len(found.feasible)} distinct feasible designs; best by {directions}:")
     table = [shown, *([_cell(row.get(c)) for c in shown] for row in best)]
     widths = [max(len(line[i]) for line in table) for i in range(len(shown))]
     for line in table:

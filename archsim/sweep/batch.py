@@ -40,7 +40,7 @@ from archsim.stack import check_name, default_software, is_kernel, planned_softw
 from archsim.sweep.batch_eval import Group, evaluate
 from archsim.sweep.expand import Configuration, Task, run_arguments, si_value, variant
 from archsim.sweep.worker import SweepContext, design_columns, result_columns, run_chunk, worker_library
-from archsim.uncertainty import with_error_bars
+from archsim.uncertainty import error_bars
 from archsim.workloads import build_trace
 from archsim.workloads.trace import Mode, Trace
 
@@ -106,7 +106,12 @@ class _Traces:
         return found[1]
 
     def get(self, library: Library, *arguments: Any) -> Trace:
-        key = tuple(repr(a) for a in arguments)
+        """:func:`archsim.workloads.build_trace` of ``arguments``, built once."""
+        key: tuple[Any, ...] = arguments
+        try:
+            hash(key)
+        except TypeError:  # (an unhashable argument: compared by its repr)
+            key = tuple(repr(a) for a in arguments)
         if key not in self.built:
             self.built[key] = build_trace(arguments[0], library, *arguments[1:])
         return self.built[key]
@@ -228,11 +233,11 @@ def run_batch_chunk(context: SweepContext, chunk: list[Task]) -> list[dict[str, 
             continue
         section = prepared.chip.systolic
         assert section is not None  # batch_reason let only systolic targets through
-        key = (id(prepared.trace), efficiency, prepared.software.name, section.dataflow)
+        key = (id(prepared.trace), efficiency, prepared.software.name, section.dataflow, prepared.chip.name)
         groups.setdefault(key, []).append(prepared)
     tech_entry = library.find(["energy"], TECHNOLOGY)
     tech = library.spec(tech_entry)
-    for (_, efficiency, _, _), members in groups.items():
+    for (_, efficiency, _, _, _), members in groups.items():
         if len(members) < MIN_GROUP:
             event.extend(p.task for p in members)
             continue
@@ -241,19 +246,22 @@ def run_batch_chunk(context: SweepContext, chunk: list[Task]) -> list[dict[str, 
         for p in members:
             original = _original(library, p.chip, originals)
             energies.append(chip_energy(p.chip, tech, p.trace.precision, tech_entry.source, original))
+        trace, software = first.trace, first.software.name
         group = Group(
-            first.trace,
+            trace,
             efficiency,
-            first.software.name,
+            software,
             first.software.input_pipeline,
             [p.chip for p in members],
             energies,
+            error_bars(
+                first.library, first.chip, is_kernel(trace), software, trace.name, trace.batch, trace.seq_len, 1
+            ),
         )
         for prepared, result in zip(members, evaluate(group), strict=True):
             if result is None:
                 event.append(prepared.task)
                 continue
-            result = with_error_bars(result, prepared.library, prepared.chip, is_kernel(prepared.trace))
             row = columns.base_row(prepared.task)
             row.update(design_columns(prepared.chip, result))
             row.update(result_columns(result))

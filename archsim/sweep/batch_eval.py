@@ -20,6 +20,7 @@ of range, an integer too large to price exactly): the caller runs those through 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
@@ -45,7 +46,7 @@ Floats = npt.NDArray[np.float64]
 _BOUNDS = list(Bound)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Group:
     """Configurations that run one trace with one software stack and efficiency on variants of one chip."""
 
@@ -56,6 +57,14 @@ class Group:
     chips: list[ChipSpec]
     energies: list[ChipEnergy]
     """Each chip's per-action energies, area and static power (:func:`archsim.models.energy.chip_energy`)."""
+    error_bars: tuple[float | None, tuple[str, ...]]
+    """The runs' ``uncertainty`` and ``extrapolation`` (:func:`archsim.uncertainty.error_bars`): one chip name,
+    software and workload setting, so the same for every configuration."""
+
+    @cached_property
+    def flops(self) -> int:
+        """The trace's FLOPs (:attr:`archsim.workloads.trace.Trace.flops`, a sum over its ops), once."""
+        return self.trace.flops
 
 
 def _array_batch(group: Group) -> ArrayBatch:
@@ -216,8 +225,9 @@ class _Run:
         self.step_time_s = ops_time_s + step_overhead_s + self.input_wait_s
         self.throughput = trace.batch * tokens_per_sample(trace) / self.step_time_s
         self.by_bound = {b.value: float(by_bound_row[k]) for k, b in enumerate(_BOUNDS)}
-        recorded_flops = sum(op.flops for op in trace.ops)
-        share = trace.flops / 1 / recorded_flops if recorded_flops else 1.0
+        flops = group.flops  # trace.flops, summed once for the group
+        recorded_flops = flops  # the recorded layers are the trace's ops: the same sum
+        share = flops / 1 / recorded_flops if recorded_flops else 1.0
         self.per_part: dict[str, float] = {part: float(joules[i]) * share for part, joules in parts.items()}
         self.per_part["link"] = 0  # one chip drives no link: sum() of nothing
         dynamic_j = sum(self.per_part.values())
@@ -248,8 +258,8 @@ class _Run:
             num_chips=1,
             step_time_s=step_time_s,
             throughput=throughput,
-            flops=trace.flops,
-            utilization=trace.flops / self.step_time_s / chip.peak_flops(trace.precision) * limit.clock_scale,
+            flops=self.group.flops,
+            utilization=self.group.flops / self.step_time_s / chip.peak_flops(trace.precision) * limit.clock_scale,
             normalized=Normalized.of(throughput / 1, chip, power_w, energy.area_mm2),
             ops_time_s=self.ops_time_s / limit.clock_scale,
             step_overhead_s=self.step_overhead_s / limit.clock_scale,
@@ -271,4 +281,6 @@ class _Run:
             area_mm2=energy.area_mm2,
             area_source=energy.area_source,
             clock_scale=limit.clock_scale,
+            uncertainty=self.group.error_bars[0],
+            extrapolation=self.group.error_bars[1],
         )
