@@ -20,6 +20,7 @@ row.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,6 +98,8 @@ class _Traces:
     def __init__(self) -> None:
         self.built: dict[tuple[Any, ...], Trace] = {}
         self.needs: dict[int, tuple[Trace, list[Need]]] = {}
+        self.plans: dict[tuple[Any, ...], tuple[Trace, Callable[[int, bool], Trace], SoftwareSpec]] = {}
+        """A run's first trace, its rebuilder and software, by target, workload entry, family and precision."""
 
     def needs_of(self, trace: Trace) -> list[Need]:
         """:func:`~archsim.memory_fit.trace_needs`, once per trace (it sums every op's tensors)."""
@@ -130,14 +133,21 @@ def _prepare(library: Library, task: Task, arguments: dict[str, Any], traces: _T
     run_precision = chip.default_precision if precision is None else _choice(Precision, precision, "--precision")
     if run_precision not in chip.peak:
         raise UsageError(chip.name, "--precision", "not supported")  # the event path words it
-    stack = planned_software(library, chip, explicit, workload)
-    options = stack_trace_options(stack, run_mode, run_precision, fusion, recompute, None)
-    trace = traces.get(library, workload, run_mode, batch, run_precision, seq_len, options)
-    rebuild = rebuilder(workload, library, run_mode, run_precision, seq_len, options)
+    # what depends on the chip only through its family and the run's precision, once per workload entry
+    # (arguments come from the sweep's settings and the entry: the batch path has no run. axes)
+    key = (target, id(task.workload), chip.family, run_precision)
+    planned = traces.plans.get(key)
+    if planned is None:
+        stack = planned_software(library, chip, explicit, workload)
+        options = stack_trace_options(stack, run_mode, run_precision, fusion, recompute, None)
+        first = traces.get(library, workload, run_mode, batch, run_precision, seq_len, options)
+        rebuild = rebuilder(workload, library, run_mode, run_precision, seq_len, options)
+        software = stack if explicit is not None else default_software(library, chip, is_kernel(first))
+        planned = traces.plans[key] = (first, rebuild, software)
+    trace, rebuild, software = planned
     trace = default_batch_trace(chip, streaming, trace, batch, rebuild)
     check_trace_ops(len(trace.ops), trace.name)
     check_needs(chip, streaming, trace, traces.needs_of, rebuild if "model" in trace.meta else None)
-    software = stack if explicit is not None else default_software(library, chip, is_kernel(trace))
     return _Prepared(task, library, chip, trace, software, explicit)
 
 
