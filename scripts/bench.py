@@ -22,7 +22,7 @@ path, and of the event path on the 1,000-configuration sweep (``--path event``),
 checks against the batch path's.
 
 ``--optimize N`` times ``archsim optimize sweeps/systolic-design-space.yaml --objective
-throughput_per_mm2`` (10^6 points; TPE, 2,000 trials) N times with seeds 0..N-1 and prints each
+throughput_per_mm2`` (10^6 points; TPE, 1,000 trials) N times with seeds 0..N-1 and prints each
 best; ``--exhaustive`` prices the whole space on the batch path, streaming (flat memory), and
 prints its best throughput per mm^2, the figure the search is compared with.
 
@@ -270,7 +270,7 @@ def bench_batch_sweep(repeat: int) -> None:
         print("1,000-configuration tables identical (batch, event):", paths["batch"].equals(paths["event"]))
 
 
-OPTIMIZE = ["--objective", "throughput_per_mm2", "--sampler", "tpe", "--trials", "2000", "--batch", "100"]
+OPTIMIZE = ["--objective", "throughput_per_mm2", "--sampler", "tpe", "--trials", "1000", "--batch", "100"]
 
 
 def bench_optimize(repeat: int) -> None:
@@ -326,6 +326,29 @@ def bench_exhaustive() -> None:
     print(f"exhaustive: best throughput_per_mm2 {best[0]:.6g} (row key {best[1]}), {time.perf_counter() - start:.0f} s")
 
 
+def bench_stages(repeat: int) -> None:
+    """The stages of a v100 ResNet-50 training step in-process, and a warm simulate() call."""
+    header = f"{'case':<34} {'median ms':>9} {'min ms':>9} {'max ms':>9}"
+    from archsim.api import resolve_target, run_trace
+    from archsim.spec.common import Precision
+    from archsim.spec.library import Library
+    from archsim.workloads import build_trace
+    from archsim.workloads.trace import Mode
+
+    library = Library(use_env=False)
+    target = resolve_target("v100", library)
+    print("\nstages of v100 resnet50 train b256, in-process")
+    print(header)
+    build = lambda: build_trace("resnet50", library, Mode.TRAIN, 256, Precision.FP16, None)  # noqa: E731
+    trace = build()
+    print(row("build trace", time_call(build, repeat)))
+    print(row("cost + replay + result", time_call(lambda: run_trace(target, trace, library), repeat)))
+    from archsim import simulate
+
+    warm = lambda: simulate("v100", "resnet50", mode="train", batch=256, library=library)  # noqa: E731
+    print(row("warm simulate() per run", time_call(warm, repeat)))
+
+
 def row(label: str, times: list[float]) -> str:
     """One table row: median, min, max in milliseconds."""
     return f"{label:<34} {1e3 * statistics.median(times):>9.1f} {1e3 * min(times):>9.1f} {1e3 * max(times):>9.1f}"
@@ -341,8 +364,12 @@ def main() -> None:
     parser.add_argument("--batch-sweep", type=int, default=0, metavar="N", help="only the batch/event sweeps")
     parser.add_argument("--optimize", type=int, default=0, metavar="N", help="only the optimize search, N seeds")
     parser.add_argument("--exhaustive", action="store_true", help="only the exhaustive best of the search space")
+    parser.add_argument("--stages", action="store_true", help="only the in-process stages and warm run")
     args = parser.parse_args()
     print(machine(), flush=True)
+    if args.stages:
+        bench_stages(args.repeat)
+        return
     if args.sweep or args.suite or args.batch_sweep or args.optimize or args.exhaustive:
         if args.sweep:
             bench_sweep(args.sweep)
@@ -365,24 +392,7 @@ def main() -> None:
     bench_scalesim(args.repeat)
     bench_numba_startup(args.repeat)
 
-    from archsim.api import resolve_target, run_trace
-    from archsim.spec.common import Precision
-    from archsim.spec.library import Library
-    from archsim.workloads import build_trace
-    from archsim.workloads.trace import Mode
-
-    library = Library(use_env=False)
-    target = resolve_target("v100", library)
-    print("\nstages of v100 resnet50 train b256, in-process")
-    print(header)
-    build = lambda: build_trace("resnet50", library, Mode.TRAIN, 256, Precision.FP16, None)  # noqa: E731
-    trace = build()
-    print(row("build trace", time_call(build, args.repeat)))
-    print(row("cost + replay + result", time_call(lambda: run_trace(target, trace, library), args.repeat)))
-    from archsim import simulate
-
-    warm = lambda: simulate("v100", "resnet50", mode="train", batch=256, library=library)  # noqa: E731
-    print(row("warm simulate() per run", time_call(warm, args.repeat)))
+    bench_stages(args.repeat)
 
 
 if __name__ == "__main__":
