@@ -79,14 +79,13 @@ def batch_reason(spec: SweepSpec, library: Library) -> str | None:
 
 @dataclass
 class _Prepared:
-    """One row ready to price: its chip variant, trace, software and efficiencies."""
+    """One row ready to price: its variant library and chip, trace and software."""
 
     task: Task
     library: Library
     chip: ChipSpec
     trace: Trace
     software: SoftwareSpec
-    named: str | None
 
 
 class _Traces:
@@ -148,7 +147,7 @@ def _prepare(library: Library, task: Task, arguments: dict[str, Any], traces: _T
     trace = default_batch_trace(chip, streaming, trace, batch, rebuild)
     check_trace_ops(len(trace.ops), trace.name)
     check_needs(chip, streaming, trace, traces.needs_of, rebuild if "model" in trace.meta else None)
-    return _Prepared(task, library, chip, trace, software, explicit)
+    return _Prepared(task, library, chip, trace, software)
 
 
 class _Efficiencies:
