@@ -30,6 +30,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "baseline": ("archsim.commands.baseline", "record results of runs, then rerun and diff them"),
     "trace": ("archsim.commands.trace", "import ONNX models and Chakra ETs; export Chakra ETs"),
     "sweep": ("archsim.commands.sweep", "run a sweep of chip/system variants (resumable); see README"),
+    "optimize": (
+        "archsim.commands.optimize",
+        "search a sweep's axes for the best designs (Optuna; resumable)",
+    ),
     "plot": ("archsim.commands.plot", "plot a run or a sweep's results as self-contained HTML"),
     "report": ("archsim.commands.report", "an HTML report of a run or a sweep's results (summary and figures)"),
     "collective": (

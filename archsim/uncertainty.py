@@ -84,21 +84,31 @@ def extrapolation(
 
 def with_error_bars(result: RunResult, library: Library, chip: ChipSpec, kernel: bool) -> RunResult:
     """``result`` with its ``uncertainty`` and ``extrapolation`` (``kernel``: one gemm:/conv: op)."""
+    bars = error_bars(
+        library, chip, kernel, result.software, result.workload, result.batch, result.seq_len, result.num_chips
+    )
+    if error_table(library) is None:  # no table: the uncertainty stays unknown
+        return replace(result, extrapolation=bars[1])
+    return replace(result, uncertainty=bars[0], extrapolation=bars[1])
+
+
+def error_bars(
+    library: Library,
+    chip: ChipSpec,
+    kernel: bool,
+    software: str | None,
+    workload: str,
+    batch: int,
+    seq_len: int | None,
+    num_chips: int,
+) -> tuple[float | None, tuple[str, ...]]:
+    """The ``uncertainty`` and ``extrapolation`` of a run of ``workload`` on ``chip`` (see :func:`with_error_bars`)."""
     table = error_table(library)
     if table is None:
-        return replace(result, extrapolation=("chip", "software", "workload shape", "scale"))
+        return None, ("chip", "software", "workload shape", "scale")
     family = chip.family
     level = "operator" if kernel else "system"
-    return replace(
-        result,
-        uncertainty=uncertainty(table, family, result.software, level),
-        extrapolation=extrapolation(
-            table.coverage.get(family),
-            chip.name,
-            result.software,
-            result.workload,
-            result.batch,
-            result.seq_len,
-            result.num_chips,
-        ),
+    return (
+        uncertainty(table, family, software, level),
+        extrapolation(table.coverage.get(family), chip.name, software, workload, batch, seq_len, num_chips),
     )

@@ -1,6 +1,7 @@
 """archsim's benchmark: wall time of whole CLI runs and of the stages inside one run.
 
 Usage: python scripts/bench.py [--repeat N] [--quick] [--sweep N] [--suite N] [--against DIR]
+       [--batch-sweep N] [--optimize N] [--exhaustive] [--stages]
 
 Every table starts with the machine it was measured on (CPU model, cores, load average, Python): the
 README quotes these medians with that line.
@@ -22,6 +23,18 @@ are identical.
 ``--against DIR`` times the cold-start cases (``archsim run v100 resnet50``, ``archsim list chips``) in
 this checkout and in another one (``git worktree add /tmp/old a4f1a47``), alternating run by run so
 that both see the same load on a shared machine, and prints both medians and their ratio.
+
+``--batch-sweep N`` times ``archsim sweep sweeps/systolic-shape-100k.yaml`` (100,000 configurations,
+the batch path) into a fresh folder N times, and prints configurations per second of the batch
+path, and of the event path on the 1,000-configuration sweep (``--path event``), whose table it
+checks against the batch path's.
+
+``--optimize N`` times ``archsim optimize sweeps/systolic-design-space.yaml --objective
+throughput_per_mm2`` (10^6 points; TPE, 1,000 trials) N times with seeds 0..N-1 and prints each
+best; ``--exhaustive`` prices the whole space on the batch path, streaming (flat memory), and
+prints its best throughput per mm^2, the figure the search is compared with.
+
+``--stages`` times only the stages of one run in-process and a warm ``simulate()`` call.
 
 ``--suite N`` times the whole test suite (``python -m pytest``, as configured: in parallel on every
 core) N times and prints each run's summary line.
@@ -269,6 +282,121 @@ def bench_suite(repeat: int) -> None:
     print(f"median {statistics.median(times):.1f} s, min {min(times):.1f} s, max {max(times):.1f} s")
 
 
+def bench_batch_sweep(repeat: int) -> None:
+    """Configurations per second: the 100,000-configuration sweep (batch path), the 1,000 one (event path)."""
+    import tempfile
+
+    import pandas as pd
+
+    sweeps = ROOT / "sweeps"
+    print(f"sweeps, archsim sweep --executor local, {os.cpu_count()} cores, fresh folder each")
+    with tempfile.TemporaryDirectory() as folder:
+        times = []
+        for i in range(repeat):
+            start = time.perf_counter()
+            subprocess.run(
+                [sys.executable, "-m", "archsim.cli", "sweep", str(sweeps / "systolic-shape-100k.yaml"),
+                 "--out", f"{folder}/big{i}", "--no-progress"],
+                check=True, capture_output=True,
+            )  # fmt: skip
+            times.append(time.perf_counter() - start)
+            print(f"  100,000 configurations, batch path, run {i + 1}: {times[-1]:.1f} s", flush=True)
+        median = statistics.median(times)
+        print(f"batch path: median {median:.1f} s, {100_000 / median:,.0f} configurations/s")
+        paths = {}
+        for path in ("event", "batch"):
+            start = time.perf_counter()
+            subprocess.run(
+                [sys.executable, "-m", "archsim.cli", "sweep", str(sweeps / "systolic-shape-sweep.yaml"),
+                 "--out", f"{folder}/{path}", "--path", path, "--no-progress"],
+                check=True, capture_output=True,
+            )  # fmt: skip
+            seconds = time.perf_counter() - start
+            paths[path] = pd.read_parquet(f"{folder}/{path}/results.parquet")
+            print(f"1,000 configurations, {path} path: {seconds:.1f} s, {1000 / seconds:,.0f} configurations/s")
+        print("1,000-configuration tables identical (batch, event):", paths["batch"].equals(paths["event"]))
+
+
+OPTIMIZE = ["--objective", "throughput_per_mm2", "--sampler", "tpe", "--trials", "1000", "--batch", "100"]
+
+
+def bench_optimize(repeat: int) -> None:
+    """Wall time and best design of the optimize acceptance search, one seed per run."""
+    import json
+    import tempfile
+
+    spec = str(ROOT / "sweeps" / "systolic-design-space.yaml")
+    print(f"archsim optimize systolic-design-space {' '.join(OPTIMIZE)}, {os.cpu_count()} cores")
+    with tempfile.TemporaryDirectory() as folder:
+        for seed in range(repeat):
+            start = time.perf_counter()
+            command = [sys.executable, "-m", "archsim.cli", "optimize", spec, *OPTIMIZE, "--seed", str(seed)]
+            subprocess.run([*command, "--out", f"{folder}/s{seed}", "--no-progress"], check=True, capture_output=True)
+            seconds = time.perf_counter() - start
+            best = json.loads(Path(folder, f"s{seed}", "best.json").read_text())["best"][0]["throughput_per_mm2"]
+            print(f"  seed {seed}: {seconds:.1f} s, best throughput_per_mm2 {best:.6g}", flush=True)
+
+
+def _best_of_chunk(arguments: tuple[object, list[object]]) -> tuple[float, str]:
+    from archsim.sweep.batch import run_batch_chunk
+
+    context, chunk = arguments
+    rows = run_batch_chunk(context, chunk)  # type: ignore[arg-type]
+    scored = [(r["throughput_per_mm2"], r["key"]) for r in rows if r["error"] is None]
+    return max(scored, default=(0.0, ""))
+
+
+def bench_exhaustive() -> None:
+    """The best throughput per mm^2 of the whole 10^6-point space, priced on the batch path in chunks."""
+    import multiprocessing
+
+    from archsim.sweep.expand import Task, TaskKeys, iter_configurations
+    from archsim.sweep.run import plan
+
+    planned = plan(ROOT / "sweeps" / "systolic-design-space.yaml", check_variants=False)
+    spec, source = planned.context.spec, planned.context.source
+    keys, workload = TaskKeys(spec), spec.workload_entries[0]
+
+    def chunks() -> object:
+        chunk: list[Task] = []
+        for configuration in iter_configurations(spec, source):
+            chunk.append(Task(keys.key(configuration, workload), 0, configuration, workload))
+            if len(chunk) == 2000:
+                yield (planned.context, chunk)
+                chunk = []
+        if chunk:
+            yield (planned.context, chunk)
+
+    start = time.perf_counter()
+    with multiprocessing.get_context("fork").Pool(os.cpu_count()) as pool:
+        best = max(pool.imap_unordered(_best_of_chunk, chunks()))  # type: ignore[arg-type]
+    print(f"exhaustive: best throughput_per_mm2 {best[0]:.6g} (row key {best[1]}), {time.perf_counter() - start:.0f} s")
+
+
+def bench_stages(repeat: int) -> None:
+    """The stages of a v100 ResNet-50 training step in-process, and a warm simulate() call."""
+    header = f"{'case':<34} {'median ms':>9} {'min ms':>9} {'max ms':>9}"
+    from archsim.run.chip import replay_on_chip
+    from archsim.run.target import resolve
+    from archsim.spec.common import Precision
+    from archsim.spec.library import Library
+    from archsim.workloads import build_trace
+    from archsim.workloads.trace import Mode
+
+    library = Library(use_env=False)
+    target = resolve("v100", library)
+    print("\nstages of v100 resnet50 train b256, in-process")
+    print(header)
+    build = lambda: build_trace("resnet50", library, Mode.TRAIN, 256, Precision.FP16, None)  # noqa: E731
+    trace = build()
+    print(row("build trace", time_call(build, repeat)))
+    print(row("cost + replay + result", time_call(lambda: replay_on_chip(target, trace, library), repeat)))
+    from archsim import simulate
+
+    warm = lambda: simulate("v100", "resnet50", mode="train", batch=256, library=library)  # noqa: E731
+    print(row("warm simulate() per run", time_call(warm, repeat)))
+
+
 def row(label: str, times: list[float]) -> str:
     """One table row: median, min, max in milliseconds."""
     return f"{label:<34} {1e3 * statistics.median(times):>9.1f} {1e3 * min(times):>9.1f} {1e3 * max(times):>9.1f}"
@@ -287,16 +415,29 @@ def main() -> None:
         metavar="DIR",
         help="only the cold-start cases, here and in another checkout DIR in turn (git worktree add DIR COMMIT)",
     )
+    parser.add_argument("--batch-sweep", type=int, default=0, metavar="N", help="only the batch/event sweeps")
+    parser.add_argument("--optimize", type=int, default=0, metavar="N", help="only the optimize search, N seeds")
+    parser.add_argument("--exhaustive", action="store_true", help="only the exhaustive best of the search space")
+    parser.add_argument("--stages", action="store_true", help="only the in-process stages and warm run")
     args = parser.parse_args()
     print(machine(), flush=True)
     if args.against is not None:
         bench_against(args.against, args.repeat)
         return
-    if args.sweep or args.suite:
+    if args.stages:
+        bench_stages(args.repeat)
+        return
+    if args.sweep or args.suite or args.batch_sweep or args.optimize or args.exhaustive:
         if args.sweep:
             bench_sweep(args.sweep)
         if args.suite:
             bench_suite(args.suite)
+        if args.batch_sweep:
+            bench_batch_sweep(args.batch_sweep)
+        if args.optimize:
+            bench_optimize(args.optimize)
+        if args.exhaustive:
+            bench_exhaustive()
         return
 
     header = f"{'case':<34} {'median ms':>9} {'min ms':>9} {'max ms':>9}"
@@ -311,20 +452,7 @@ def main() -> None:
     bench_scalesim(args.repeat)
     bench_numba_startup(args.repeat)
 
-    from archsim.api import resolve_target, run_trace
-    from archsim.spec.common import Precision
-    from archsim.spec.library import Library
-    from archsim.workloads import build_trace
-    from archsim.workloads.trace import Mode
-
-    library = Library(use_env=False)
-    target = resolve_target("v100", library)
-    print("\nstages of v100 resnet50 train b256, in-process")
-    print(header)
-    build = lambda: build_trace("resnet50", library, Mode.TRAIN, 256, Precision.FP16, None)  # noqa: E731
-    trace = build()
-    print(row("build trace", time_call(build, args.repeat)))
-    print(row("cost + replay + result", time_call(lambda: run_trace(target, trace, library), args.repeat)))
+    bench_stages(args.repeat)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,12 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "--scheduler", default=None, metavar="ADDRESS", help="Dask scheduler address (default: a local cluster)"
     )
     parser.add_argument("--chunk-size", type=positive_int, default=None, metavar="N", help="rows per task")
+    parser.add_argument(
+        "--path",
+        choices=["auto", "batch", "event"],
+        default="auto",
+        help="price rows together where the sweep allows it (auto), or always batch/event; same table",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print how many configurations would run, run none")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on standard error")
     parser.set_defaults(handler=run)
@@ -49,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
         chunk_size=args.chunk_size,
         progress=not args.no_progress,
         search_path=args.lib,
+        path=args.path,
     )
     failed = int(table["error"].notna().sum())
     print(

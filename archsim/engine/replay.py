@@ -1,4 +1,4 @@
-"""Replay of a trace on one chip as a SimPy discrete-event simulation.
+"""Replay of a trace on one chip: a list scheduler, and the same schedule as SimPy processes.
 
 Each op is a process. It waits until every op it depends on has finished and until the op before
 it on the same unit has been issued (units issue in program order, like a CUDA stream or a
@@ -10,6 +10,12 @@ takes the one shared unit. Ties are broken by trace order, so a replay is determ
 The host issues ops asynchronously, one every ``issue_overhead_s``; an op starts no earlier than
 its issue. With one shared unit, no issue cost and no contention, the replay equals the closed
 form: the sum of op times.
+
+On one chip nothing else competes for a unit, so :func:`replay` computes that schedule directly, as a
+list scheduler over the ops in program order (:func:`list_schedule`): an op starts at the latest of
+its dependencies' ends, its issue time and the end of the op before it on its unit. It gives the
+same floats, bit for bit, as the SimPy processes of :func:`schedule_ops` (the same maxima and sums,
+in the same order), which the multi-chip engine keeps: there an op may also wait for collectives.
 """
 
 from __future__ import annotations
@@ -39,12 +45,44 @@ def replay(trace: Trace, model: CostModel, issue_overhead_s: float = 0.0) -> lis
     call): the host issues ops in trace order, asynchronously, and an op cannot start before it is
     issued. When the device's ops are longer than that, the host runs ahead and the cost is hidden.
     """
-    env = simpy.Environment()
     costs = [model.cost(op) for op in trace.ops]
-    _, timings = schedule_ops(env, trace.ops, costs, model.separate_units, issue_overhead_s)
-    env.run()
-    assert all(t is not None for t in timings), "every op of a topologically ordered trace runs"
-    return [t for t in timings if t is not None]
+    return list_schedule(trace.ops, costs, model.separate_units, issue_overhead_s)
+
+
+def list_schedule(
+    ops: Sequence[Op], costs: Sequence[OpCost], separate_units: bool, issue_overhead_s: float = 0.0
+) -> list[OpTiming]:
+    """The schedule :func:`schedule_ops` simulates, computed in one pass over the ops in trace order.
+
+    Op ``i`` starts at the latest of: its dependencies' ends, its issue time ``(i + 1) *
+    issue_overhead_s`` (when positive), and the end of the previous op on its unit (a unit holds one op
+    at a time, in program order); it ends ``time_s`` later. Dependencies must point to earlier ops
+    (:meth:`~archsim.workloads.trace.Trace.validate`).
+
+    The times equal SimPy's bit for bit. Only the type of a zero can differ: an op that waited for
+    zero-length ops and still starts at time 0 starts at ``0`` or ``0.0`` in SimPy depending on the
+    order its events were processed in, and at ``0.0`` here.
+    """
+    ends: list[float] = []
+    unit_free: dict[Unit, float] = {}
+    timings: list[OpTiming] = []
+    for index, op in enumerate(ops):
+        cost = costs[index]
+        unit = cost.unit if separate_units else Unit.MATRIX
+        waits = [ends[dep] for dep in op.deps if 0 <= dep < index]
+        if len(waits) != len(op.deps):
+            raise ValueError(f"op {index} ({op.name}) depends on a later or invalid op: {op.deps}")
+        if issue_overhead_s > 0.0:
+            waits.append((index + 1) * issue_overhead_s)
+        if unit in unit_free:
+            waits.append(unit_free[unit])
+        # an op with nothing to wait for starts when SimPy's clock does: at the integer 0
+        start: float = max(waits) if waits else 0
+        end = start + cost.time_s
+        unit_free[unit] = end
+        ends.append(end)
+        timings.append(OpTiming(start, end, cost))
+    return timings
 
 
 def schedule_ops(

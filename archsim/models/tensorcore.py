@@ -29,6 +29,7 @@ so only the rest is read again (:func:`statistics_reread_bytes`).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -140,6 +141,35 @@ class TensorCoreEfficiency(FamilyEfficiency):
     data_gradient: float
 
 
+MEMO_CHIPS = 16
+"""Chips (at one precision and efficiency) whose tile choices are kept between runs."""
+_TILE_MEMOS: OrderedDict[tuple[int, Precision, TensorCoreEfficiency], tuple[ChipSpec, dict[object, TileChoice]]] = (
+    OrderedDict()
+)
+
+
+def shared_tile_memo(
+    chip: ChipSpec, precision: Precision, efficiency: TensorCoreEfficiency
+) -> dict[object, TileChoice]:
+    """The tile choices already made for ``chip`` at ``precision`` and ``efficiency``, shared by its models.
+
+    A tile choice is a pure function of the op's shape and of these three (the chip's SMs, clock and
+    memory, the precision's rates, the efficiencies), so models of the same chip built for later runs
+    reuse it. The memo holds the chip itself, so its ``id`` cannot be reused while it is kept; the
+    least recently used of more than :data:`MEMO_CHIPS` are dropped.
+    """
+    key = (id(chip), precision, efficiency)
+    found = _TILE_MEMOS.get(key)
+    if found is not None and found[0] is chip:
+        _TILE_MEMOS.move_to_end(key)
+        return found[1]
+    memo: dict[object, TileChoice] = {}
+    _TILE_MEMOS[key] = (chip, memo)
+    while len(_TILE_MEMOS) > MEMO_CHIPS:
+        _TILE_MEMOS.popitem(last=False)
+    return memo
+
+
 def statistics_reread_bytes(op: Op, onchip_bytes: int) -> int:
     """Bytes a batch-statistics batch-norm reads a second time (0 for any other op).
 
@@ -175,7 +205,7 @@ class TensorCoreModel:
         vector_scale = 2 if precision.bytes == 2 else 1
         vector_flops = 2.0 * fp32_fma * vector_scale * self.tc.sm_count * chip.clock
         self.rates: ChipRates = chip_rates(chip, efficiency, precision, vector_flops)
-        self._tile_memo: dict[object, TileChoice] = {}
+        self._tile_memo = shared_tile_memo(chip, precision, efficiency)
         self.onchip_bytes = self.tc.sm_count * (self.tc.register_file_per_sm + self.tc.shared_memory_per_sm) + (
             self.tc.l2_cache
         )

@@ -134,12 +134,16 @@ def _energy_per_bit(library: Library, kind: str, name: str) -> float:
     return spec.energy_per_bit
 
 
+def dram_bit_j(library: Library, chip: ChipSpec) -> float:
+    """The ``energy_per_bit`` of ``chip``'s main-memory technology (a one-line SpecError without one)."""
+    return _energy_per_bit(library, "memory", chip.memory.main.technology)
+
+
 def priced(result: RunResult, chip: ChipSpec, library: Library) -> RunResult:
     """``result`` with its energy fields, priced by the library's :data:`TECHNOLOGY`.
 
     Main memory and links at the ``energy_per_bit`` of the chip's memory and of each link type used.
     """
     tech: EnergySpec = library.spec(library.find(["energy"], TECHNOLOGY))
-    dram_bit_j = _energy_per_bit(library, "memory", chip.memory.main.technology)
     links = {link.link: _energy_per_bit(library, "link", link.link) for link in result.links}
-    return with_energy(result, chip, tech, dram_bit_j, links, _original(chip, library))
+    return with_energy(result, chip, tech, dram_bit_j(library, chip), links, _original(chip, library))

@@ -5,7 +5,10 @@
 
 * :func:`load_sweep` -- a sweep description by name or path, validated;
 * :func:`count` -- how many configurations and rows a sweep has (``archsim sweep --dry-run``);
-* :func:`run_sweep` -- run it (resuming from ``out`` if rows are stored there) and return the table.
+* :func:`run_sweep` -- run it (resuming from ``out`` if rows are stored there) and return the table;
+  rows of single systolic chips are priced together (:mod:`archsim.sweep.batch`), others one at a time;
+* :func:`optimize` -- search its axes with Optuna for the best designs (``archsim optimize``,
+  :mod:`archsim.sweep.optimize`).
 
 The table has one row per configuration and workload, ordered as the sweep expands: ``target``,
 ``workload``, every axis by its path (quantities as SI numbers), the design figures of the variant
@@ -14,6 +17,7 @@ The table has one row per configuration and workload, ordered as the sweep expan
 ``key``.
 """
 
+from archsim.sweep.optimize import optimize
 from archsim.sweep.run import count, load_sweep, run_sweep
 
-__all__ = ["count", "load_sweep", "run_sweep"]
+__all__ = ["count", "load_sweep", "optimize", "run_sweep"]

@@ -16,7 +16,7 @@ import multiprocessing
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any
 
@@ -26,6 +26,8 @@ from archsim.sweep.worker import SweepContext, run_chunk, worker_library
 
 EXECUTORS = ("local", "dask")
 Rows = list[dict[str, Any]]
+ChunkRunner = Callable[[SweepContext, list[Task]], Rows]
+"""What prices a chunk: :func:`~archsim.sweep.worker.run_chunk` (the event path) or the batch path's."""
 PARENT_CHECK_S = 0.5
 """How often a local worker checks that the sweep's process is still there."""
 
@@ -59,11 +61,13 @@ def _exit_with_parent(parent: int) -> None:
     threading.Thread(target=watch, name="archsim-parent-watch", daemon=True).start()
 
 
-def run_local(context: SweepContext, chunks: list[list[Task]], jobs: int) -> Iterator[Rows]:
+def run_local(
+    context: SweepContext, chunks: list[list[Task]], jobs: int, runner: ChunkRunner = run_chunk
+) -> Iterator[Rows]:
     """Run chunks in ``jobs`` local processes (in this process for one job), yielding rows as they complete."""
     if jobs == 1 or len(chunks) <= 1:
         for chunk in chunks:
-            yield run_chunk(context, chunk)
+            yield runner(context, chunk)
         return
     worker_library(context.search_path)._index  # noqa: B018 - read the library once, before forking
     jobs = min(jobs, len(chunks))  # a worker without a chunk would only cost a process
@@ -78,7 +82,7 @@ def run_local(context: SweepContext, chunks: list[list[Task]], jobs: int) -> Ite
         pending: set[Future[Rows]] = set()
         queue = iter(chunks)
         for chunk in queue:
-            pending.add(pool.submit(run_chunk, context, chunk))
+            pending.add(pool.submit(runner, context, chunk))
             if len(pending) >= 4 * jobs:
                 break
         try:
@@ -88,13 +92,19 @@ def run_local(context: SweepContext, chunks: list[list[Task]], jobs: int) -> Ite
                     yield future.result()
                     following = next(queue, None)
                     if following is not None:
-                        pending.add(pool.submit(run_chunk, context, following))
+                        pending.add(pool.submit(runner, context, following))
         finally:
             for future in pending:
                 future.cancel()
 
 
-def run_dask(context: SweepContext, chunks: list[list[Task]], jobs: int, scheduler: str | None) -> Iterator[Rows]:
+def run_dask(
+    context: SweepContext,
+    chunks: list[list[Task]],
+    jobs: int,
+    scheduler: str | None,
+    runner: ChunkRunner = run_chunk,
+) -> Iterator[Rows]:
     """Run chunks on a Dask cluster, yielding rows as each task completes."""
     try:
         from distributed import Client, LocalCluster, as_completed
@@ -117,7 +127,7 @@ def run_dask(context: SweepContext, chunks: list[list[Task]], jobs: int, schedul
             raise UsageError(scheduler, "--scheduler", f"cannot connect: {err}") from None
     try:
         shared = client.scatter(context, broadcast=True)
-        futures = [client.submit(run_chunk, shared, chunk, pure=False) for chunk in chunks]
+        futures = [client.submit(runner, shared, chunk, pure=False) for chunk in chunks]
         try:
             for future in as_completed(futures):
                 yield future.result()

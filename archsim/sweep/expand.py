@@ -13,13 +13,15 @@ replace the originals, with the run arguments the ``run.`` values and the settin
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import itertools
 import json
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast, get_args
+
+from pydantic import BaseModel, ValidationError
 
 from archsim.errors import ArchsimError, SpecError, UnitError
 from archsim.spec.chip import ChipSpec
@@ -62,16 +64,36 @@ def si_value(value: Any) -> Any:
 
 
 def task_key(spec: SweepSpec, configuration: Configuration, workload: WorkloadEntry) -> str:
-    """The stable key of a row: a hash of everything that determines its result (given the library)."""
-    canonical = {
-        "target": configuration.target,
-        "values": sorted([path, value] for path, value in configuration.values),
-        "workload": workload.model_dump(mode="json"),
-        "settings": spec.settings.model_dump(mode="json"),
-        "rescale_peak": spec.rescale_peak,
-    }
-    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+    """The stable key of a row: a hash of everything that determines its result (given the library).
+
+    The hash is of the canonical JSON (sorted keys, no spaces) of the target, the axis values sorted
+    by path, the workload entry, the settings and ``rescale_peak``.
+    """
+    return TaskKeys(spec).key(configuration, workload)
+
+
+class TaskKeys:
+    """:func:`task_key` for many rows of one sweep: the JSON of what every row shares is written once."""
+
+    def __init__(self, spec: SweepSpec) -> None:
+        # the canonical object's keys in sorted order: rescale_peak, settings, target, values, workload
+        self.head = '{"rescale_peak":' + _canonical(spec.rescale_peak) + ',"settings":'
+        self.head += _canonical(spec.settings.model_dump(mode="json")) + ',"target":'
+        self.workloads: dict[int, str] = {}
+        self.spec = spec
+
+    def key(self, configuration: Configuration, workload: WorkloadEntry) -> str:
+        """The row's key, as :func:`task_key` defines it."""
+        tail = self.workloads.get(id(workload))
+        if tail is None:
+            tail = self.workloads[id(workload)] = ',"workload":' + _canonical(workload.model_dump(mode="json")) + "}"
+        values = _canonical(sorted([path, value] for path, value in configuration.values))
+        text = self.head + _canonical(configuration.target) + ',"values":' + values + tail
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
 def iter_configurations(spec: SweepSpec, source: str) -> Iterator[Configuration]:
@@ -104,25 +126,93 @@ def configurations(spec: SweepSpec, source: str) -> list[Configuration]:
 def tasks(spec: SweepSpec, source: str) -> list[Task]:
     """Every row of the sweep, in order, each with its key."""
     entries = spec.workload_entries
+    keys = TaskKeys(spec)
     rows: list[Task] = []
     for configuration in iter_configurations(spec, source):
         for workload in entries:
-            key = task_key(spec, configuration, workload)
+            key = keys.key(configuration, workload)
             rows.append(Task(key, len(rows), configuration, workload))
     return rows
 
 
 def _set_path(data: dict[str, Any], parts: list[str], value: Any) -> None:
-    """Set ``data[parts[0]][parts[1]]... = value`` in place, creating missing mappings."""
+    """Set ``data[parts[0]][parts[1]]... = value``, creating missing mappings.
+
+    ``data`` is a shallow copy of a description's data: each mapping on the path is copied before it
+    is changed (once: a copy is marked by being a :class:`_Copied`), so the description's own data,
+    which other variants start from, is never touched and nothing off the path is copied.
+    """
     node = data
     for part in parts[:-1]:
         child = node.get(part)
         if child is None:
-            child = node[part] = {}
+            child = node[part] = _Copied()
         elif not isinstance(child, dict):
             raise ValueError(f"{part!r} is a {type(child).__name__}, not a section")
+        elif not isinstance(child, _Copied):
+            child = node[part] = _Copied(child)
         node = child
     node[parts[-1]] = value
+
+
+class _Copied(dict[str, Any]):
+    """A mapping of a variant's data that was copied for it (see :func:`_set_path`)."""
+
+
+MEMO_SECTIONS = 4096
+"""Validated sections kept by :func:`_validated_section` (least recently used dropped)."""
+_SECTIONS_SEEN: OrderedDict[tuple[type[Any], str], Any] = OrderedDict()
+
+
+def _validated_section(model: type[BaseModel], data: dict[str, Any]) -> BaseModel | None:
+    """``data`` validated as ``model``, memoized by its ``repr``; None when it does not validate alone.
+
+    Variants of one description share most sections, and many variants share the section an axis
+    edits (a sweep's other axes vary around it). A model holding an already validated section as a
+    field value takes it as it is (pydantic does not validate an instance again), so a description
+    whose sections are passed validated gives the same object as from plain data; a section that
+    fails alone is left as data, for the whole description's validation to report in its own words.
+    """
+    key = (model, repr(data))
+    found = _SECTIONS_SEEN.get(key)
+    if found is None:
+        try:
+            found = model.model_validate(data)
+        except ValidationError:
+            return None
+        _SECTIONS_SEEN[key] = found
+        while len(_SECTIONS_SEEN) > MEMO_SECTIONS:
+            _SECTIONS_SEEN.popitem(last=False)
+    else:
+        _SECTIONS_SEEN.move_to_end(key)
+    return cast(BaseModel, found)
+
+
+def _section_model(annotation: Any) -> type[BaseModel] | None:
+    """The one model class of a field's annotation (``X`` or ``X | None``), or None."""
+    models = [a for a in (get_args(annotation) or (annotation,)) if isinstance(a, type) and issubclass(a, BaseModel)]
+    return models[0] if len(models) == 1 else None
+
+
+def _with_validated_sections(cls: type[BaseModel], data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with each section (a mapping held by a model-typed field) replaced by its validated model."""
+    out = dict(data)
+    for name, value in data.items():
+        field = cls.model_fields.get(name)
+        model = None if field is None or not isinstance(value, dict) else _section_model(field.annotation)
+        if model is not None:
+            section = _validated_section(model, value)
+            if section is not None:
+                out[name] = section
+    family = data.get("family")
+    if cls is ChipSpec and isinstance(family, str) and isinstance(data.get(family), dict):
+        try:  # a chip's family section, written under the family's name (ChipSpec takes it validated)
+            found = _validated_section(family_definition(family).section, data[family])
+        except ValueError:  # an unknown family: the whole description's validation reports it
+            found = None
+        if found is not None:
+            out[family] = found
+    return out
 
 
 def _rescaled_peaks(base: ChipSpec, data: dict[str, Any]) -> None:
@@ -134,9 +224,12 @@ def _rescaled_peaks(base: ChipSpec, data: dict[str, Any]) -> None:
     family = base.family
     section_data = data.get(family)
     try:
-        section = family_definition(family).section.model_validate(section_data)
+        model = family_definition(family).section
+        section = _validated_section(model, section_data) if isinstance(section_data, dict) else None
         clock = parse(data.get("clock"), Dimension.FREQUENCY)
     except (ValueError, UnitError):
+        return
+    if section is None:
         return
     variant = base.model_copy(update={"section": section, "clock": clock})
     peaks = dict(data.get("peak") or {})
@@ -178,13 +271,13 @@ def variant(
             slot = f"{root}.{name}"
             if slot not in edited:
                 found = library.find([root], name)
-                edited[slot] = (found, copy.deepcopy(found.data))
+                edited[slot] = (found, _Copied(found.data))
         else:
             if root not in entries:
                 raise SpecError(source, path, f"target {target!r} is a chip, not a system")
             slot = root
             if slot not in edited:
-                edited[slot] = (entries[root], copy.deepcopy(entries[root].data))
+                edited[slot] = (entries[root], _Copied(entries[root].data))
         try:
             _set_path(edited[slot][1], rest.split("."), value)
         except ValueError as err:
@@ -194,7 +287,8 @@ def variant(
         if slot == "chip" and spec.rescale_peak and not any(p.startswith("chip.peak") for p in spec.axis_paths):
             _rescaled_peaks(library.spec(found), data)
         try:
-            replacements[found] = validate(SPEC_CLASSES[found.kind], data, slot)
+            model = SPEC_CLASSES[found.kind]
+            replacements[found] = validate(model, _with_validated_sections(model, data), slot)
         except SpecError as err:
             raise SpecError(source, _describe(configuration), f"{err.source}.{err.field}: {err.problem}") from None
     if run:  # the run settings an axis sets take the same values as the sweep's settings

@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Any
 from archsim.errors import UsageError
 from archsim.spec.library import ENV_VAR, Library
 from archsim.spec.sweep import SweepSpec
+from archsim.sweep.batch import batch_reason, run_batch_chunk
 from archsim.sweep.executors import EXECUTORS, default_jobs, max_jobs, run_dask, run_local
-from archsim.sweep.expand import Configuration, Task, iter_configurations, task_key, tasks, variant
+from archsim.sweep.expand import Configuration, Task, TaskKeys, iter_configurations, tasks, variant
 from archsim.sweep.store import ROWS_FILE, TABLE_FILE, RowStore, write_table_atomically
-from archsim.sweep.worker import DESIGN_COLUMNS, RESULT_COLUMNS, SweepContext, worker_library
+from archsim.sweep.worker import DESIGN_COLUMNS, RESULT_COLUMNS, SweepContext, run_chunk, worker_library
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -31,6 +32,11 @@ if TYPE_CHECKING:
 MAX_CHUNK = 32
 """Most rows per task: small enough that an interrupted sweep loses little, large enough that the
 per-task cost of the executor (pickling, scheduling) stays small against ~10-100 ms per run."""
+MAX_BATCH_CHUNK = 2000
+"""Most rows per task on the batch path, where a row costs well under a millisecond and a task's
+rows are priced together (longer arrays amortize the per-op work)."""
+PATHS = ("auto", "batch", "event")
+"""How a sweep's rows are priced: the batch path where it applies (``auto``), or one path always."""
 
 
 @dataclass(frozen=True)
@@ -94,21 +100,30 @@ def plan(
     planned = tasks(spec, source)
     if check_variants:
         library = worker_library(folders)
-        seen: set[str] = set()
+        seen: set[Any] = set()
         for task in planned:
             _check_new_values(library, spec, source, task.configuration, seen)
     return Plan(context, planned)
 
 
 def _check_new_values(
-    library: Library, spec: SweepSpec, source: str, configuration: Configuration, seen: set[str]
+    library: Library, spec: SweepSpec, source: str, configuration: Configuration, seen: set[Any]
 ) -> None:
     """Validate ``configuration``'s variant if it holds an axis value (or a target) not in ``seen``."""
-    values = [repr((configuration.target, path, value)) for path, value in configuration.values]
+    values = [_seen_key(configuration.target, path, value) for path, value in configuration.values]
     fresh = [v for v in values or [configuration.target] if v not in seen]
     if fresh:
         seen.update(fresh)
         variant(library, spec, source, configuration)
+
+
+def _seen_key(target: str, path: str, value: Any) -> Any:
+    """What identifies an axis value of a target: the value itself, or its repr when it is not hashable."""
+    try:
+        hash(value)
+    except TypeError:
+        return repr((target, path, value))
+    return (target, path, type(value), value)
 
 
 def count(
@@ -127,18 +142,22 @@ def count(
     library = worker_library(folders)
     have = RowStore(out).load() if out is not None and Path(out, ROWS_FILE).exists() else {}
     entries = spec.workload_entries
-    seen: set[str] = set()
+    keys = TaskKeys(spec)
+    seen: set[Any] = set()
     configurations = stored = 0
     for configuration in iter_configurations(spec, source):
         configurations += 1
         _check_new_values(library, spec, source, configuration, seen)
         if have:
-            stored += sum(1 for w in entries if task_key(spec, configuration, w) in have)
+            stored += sum(1 for w in entries if keys.key(configuration, w) in have)
     return configurations, configurations * len(entries), stored
 
 
-def _chunks(todo: list[Task], jobs: int, chunk_size: int | None) -> list[list[Task]]:
-    size = chunk_size or max(1, min(MAX_CHUNK, math.ceil(len(todo) / (8 * jobs))))
+def _chunks(todo: list[Task], jobs: int, chunk_size: int | None, batch: bool = False) -> list[list[Task]]:
+    if batch:
+        size = chunk_size or max(1, min(MAX_BATCH_CHUNK, math.ceil(len(todo) / (4 * jobs))))
+    else:
+        size = chunk_size or max(1, min(MAX_CHUNK, math.ceil(len(todo) / (8 * jobs))))
     return [todo[i : i + size] for i in range(0, len(todo), size)]
 
 
@@ -160,6 +179,7 @@ def run_sweep(
     chunk_size: int | None = None,
     progress: bool = True,
     search_path: Sequence[str] = (),
+    path: str = "auto",
 ) -> pd.DataFrame:
     """Run a sweep and return its table (one row per configuration and workload).
 
@@ -169,10 +189,15 @@ def run_sweep(
     (default: every core; at most :func:`~archsim.sweep.executors.max_jobs`); ``executor``:
     ``local`` or ``dask`` (``scheduler``: a Dask scheduler address, None for a local cluster);
     ``chunk_size``: rows per task (default: up to 32, at least eight tasks per worker);
-    ``progress``: a progress bar on standard error.
+    ``progress``: a progress bar on standard error; ``path``: ``auto`` prices the rows on the batch
+    path when the sweep allows it (:func:`archsim.sweep.batch.batch_reason`), else one at a time on
+    the event path; ``batch`` or ``event`` ask for one (``batch`` on a sweep it does not apply to is
+    refused with the reason). Both give the same table.
     """
     if executor not in EXECUTORS:
         raise UsageError("", "--executor", f"{executor!r} is not one of {', '.join(EXECUTORS)}")
+    if path not in PATHS:
+        raise UsageError("", "--path", f"{path!r} is not one of {', '.join(PATHS)}")
     if scheduler is not None and executor != "dask":
         raise UsageError("", "--scheduler", "applies to --executor dask only")
     for flag, value in (("--jobs", jobs), ("--chunk-size", chunk_size)):
@@ -183,10 +208,16 @@ def run_sweep(
             "", "--jobs", f"{jobs} is more than {max_jobs()}, four worker processes per core ({default_jobs()} cores)"
         )
     planned = plan(sweep, search_path)
+    batch = False
+    if path != "event":
+        reason = batch_reason(planned.context.spec, worker_library(planned.context.search_path))
+        if reason is not None and path == "batch":
+            raise UsageError(planned.context.source, "--path", f"the batch path does not apply: {reason}")
+        batch = reason is None
     if out is None:
         with tempfile.TemporaryDirectory(prefix="archsim-sweep-") as folder:
-            return _run(planned, RowStore(folder), jobs, executor, scheduler, chunk_size, progress, write=False)
-    return _run(planned, RowStore(out), jobs, executor, scheduler, chunk_size, progress, write=True)
+            return _run(planned, RowStore(folder), jobs, executor, scheduler, chunk_size, progress, False, batch)
+    return _run(planned, RowStore(out), jobs, executor, scheduler, chunk_size, progress, True, batch)
 
 
 def _run(
@@ -198,23 +229,24 @@ def _run(
     chunk_size: int | None,
     progress: bool,
     write: bool,
+    batch: bool = False,
 ) -> pd.DataFrame:
     stored = store.load()
     todo = [t for t in planned.tasks if t.key not in stored]
     workers = jobs or default_jobs()
-    chunks = _chunks(todo, workers, chunk_size)
+    chunks = _chunks(todo, workers, chunk_size, batch)
+    runner = run_batch_chunk if batch else run_chunk
     results: Iterator[list[dict[str, Any]]] = (
-        run_local(planned.context, chunks, workers)
+        run_local(planned.context, chunks, workers, runner)
         if executor == "local"
-        else run_dask(planned.context, chunks, workers, scheduler)
+        else run_dask(planned.context, chunks, workers, scheduler, runner)
     )
     bar = _progress(len(planned.tasks), len(planned.tasks) - len(todo), planned.context.spec.name, progress)
     try:
         for rows in results:
-            store.append(rows)
-            for row in rows:
-                # what a later run reads back from the file, exactly
-                stored.setdefault(row["key"], json.loads(json.dumps(row)))
+            for row, line in zip(rows, store.append(rows), strict=True):
+                # what a later run reads back from the file, exactly (a row of JSON scalars reads back as itself)
+                stored.setdefault(row["key"], row if _json_scalars(row) else json.loads(line))
             bar.update(len(rows))
     finally:
         bar.close()
@@ -222,6 +254,18 @@ def _run(
     if write:
         write_table_atomically(table, store.folder / TABLE_FILE)
     return table
+
+
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def _json_scalars(row: dict[str, Any]) -> bool:
+    """True when every value is a str, int, float, bool or None (exactly those types).
+
+    ``json.loads`` of its ``json.dumps`` is then an equal dict of the same types (floats are written as
+    their shortest repr), so the row need not be read back.
+    """
+    return all(type(value) in _JSON_SCALARS for value in row.values())
 
 
 def build_table(planned: Plan, stored: dict[str, dict[str, Any]]) -> pd.DataFrame:

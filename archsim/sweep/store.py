@@ -61,15 +61,16 @@ class RowStore:
             rows.setdefault(row["key"], row)
         return rows
 
-    def append(self, rows: list[dict[str, Any]]) -> None:
-        """Store rows durably: whole lines, fsynced before returning.
+    def append(self, rows: list[dict[str, Any]]) -> list[str]:
+        """Store rows durably: whole lines, fsynced before returning; returns each row's line.
 
         A failed write (a full disk, a read-only folder) raises UsageError; at most a torn last line
         is left, which :meth:`load` cuts off, so a rerun resumes from the rows stored before it.
         """
         if not rows:
-            return
-        text = "".join(json.dumps(row, separators=(",", ":"), allow_nan=False) + "\n" for row in rows)
+            return []
+        lines = [json.dumps(row, separators=(",", ":"), allow_nan=False) for row in rows]
+        text = "".join(line + "\n" for line in lines)
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
             try:
@@ -83,6 +84,7 @@ class RowStore:
             failed = cannot_write(self.path, "--out", err)
             kept = f"{failed.problem}; the rows stored before are kept"
             raise UsageError(failed.source, failed.field, kept) from None
+        return lines
 
 
 def write_table_atomically(table: Any, path: Path) -> None:
