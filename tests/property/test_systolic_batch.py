@@ -7,11 +7,12 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from archsim.models.systolic import SystolicModel
+from archsim.models.systolic import SystolicModel, SystolicSection
 from archsim.models.systolic_batch import ArrayBatch, exact_integers, matrix_costs
-from archsim.spec.chip import ChipSpec, Dataflow, Efficiency
+from archsim.spec.chip import ChipSpec, Dataflow
 from archsim.spec.common import Precision
 from archsim.spec.library import Library
+from archsim.spec.registry import FamilyEfficiency
 from archsim.testing.strategies import conv_ops, gemm_ops
 from archsim.workloads.trace import Op, Phase
 
@@ -30,9 +31,8 @@ arrays = st.fixed_dictionaries(
 
 
 def variant(fields: dict[str, int], dataflow: Dataflow, clock: float) -> ChipSpec:
-    assert BASE.systolic is not None
-    section = BASE.systolic.model_copy(update={**fields, "dataflow": dataflow})
-    return BASE.model_copy(update={"systolic": section, "clock": clock})
+    section = BASE.section_of(SystolicSection).model_copy(update={**fields, "dataflow": dataflow})
+    return BASE.model_copy(update={"section": section, "clock": clock})
 
 
 @settings(max_examples=60, deadline=None)
@@ -63,7 +63,8 @@ def test_batch_equals_one_configuration(
     costs = matrix_costs(op, batch, e, compute, np.full(len(chips), bandwidth))
     if not exact_integers(costs):
         return  # the batch path prices these one at a time
-    efficiency = Efficiency(compute=compute)
+    # only ``compute`` enters a split's times; the other values are placeholders the split never reads
+    efficiency = FamilyEfficiency(compute, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0)
     for i, chip in enumerate(chips):
         choice = SystolicModel(chip, efficiency, Precision.FP16).best_split(op, bandwidth)
         got = (costs.compute_s[i], costs.fill_s[i], int(costs.dram_bytes[i]), costs.memory_s[i])
