@@ -23,6 +23,7 @@ from archsim.spec.chip import ChipSpec
 from archsim.spec.common import StreamingMemory
 from archsim.spec.efficiency import Efficiency
 from archsim.spec.library import Library
+from archsim.spec.registry import FamilyEfficiency
 from archsim.spec.software import SoftwareSpec
 from archsim.stack import default_software, is_kernel, stack_efficiency
 from archsim.uncertainty import with_error_bars
@@ -56,9 +57,8 @@ def replay_on_chip(
     stack = software if software is not None else default_software(library, chip, is_kernel(trace))
     efficiency = stack_efficiency(library, chip, stack, trace.precision, family_efficiency)
     model = cost_model_for(chip, efficiency, trace.precision, resident_bytes(trace), framework_overhead_s(efficiency))
-    assert efficiency.host_overhead is not None
-    timings = replay(trace, model, efficiency.host_overhead)
-    assert efficiency.step_overhead is not None
+    resolved = FamilyEfficiency.resolve(efficiency, chip.name)
+    timings = replay(trace, model, resolved.host_overhead)
     result = build_result(
         target=target.name,
         chip=chip,
@@ -66,7 +66,7 @@ def replay_on_chip(
         timings=timings,
         # the per-step cost is the training loop's (optimizer bookkeeping, loss scaling, data feed);
         # an inference loop only runs the forward ops
-        step_overhead_s=efficiency.step_overhead if trace.mode is Mode.TRAIN else 0.0,
+        step_overhead_s=resolved.step_overhead if trace.mode is Mode.TRAIN else 0.0,
         num_chips=target.num_chips,
         software=stack.name,
         input_samples_per_s=stack.input_pipeline,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from archsim.engine.collectives import DEFAULT_CHUNK_BYTES
 from archsim.engine.network import LinkObserver
@@ -24,6 +25,7 @@ from archsim.run.request import Layout
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import StreamingMemory
 from archsim.spec.efficiency import Efficiency
+from archsim.spec.registry import FamilyEfficiency
 from archsim.spec.software import SoftwareSpec
 from archsim.spec.system import SystemSpec
 from archsim.workloads.memory import resident_bytes
@@ -100,17 +102,20 @@ class SystemContext:
     plan_comm: Callable[[CommOp], CommPlan | None]
     """How the collective library runs one of the trace's own collectives (a Chakra ET's)."""
 
+    @cached_property
+    def resolved(self) -> FamilyEfficiency:
+        """The efficiency values every family has, each set (a one-line SpecError names one that is not)."""
+        return FamilyEfficiency.resolve(self.efficiency, self.chip.name)
+
     @property
     def issue_s(self) -> float:
         """Host issue cost per op (seconds)."""
-        assert self.efficiency.host_overhead is not None
-        return self.efficiency.host_overhead
+        return self.resolved.host_overhead
 
     @property
     def step_overhead_s(self) -> float:
         """The training loop's per-step cost (an inference loop runs the forward ops only)."""
-        assert self.efficiency.step_overhead is not None
-        return self.efficiency.step_overhead if self.mode is Mode.TRAIN else 0.0
+        return self.resolved.step_overhead if self.mode is Mode.TRAIN else 0.0
 
     def observers(self, statistics: LinkStatistics) -> list[LinkObserver]:
         """What watches a step's links: ``statistics`` (the result's), and the timeline's when recorded."""
