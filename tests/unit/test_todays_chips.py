@@ -45,7 +45,16 @@ SYSTEMS = [
     "atlas-800t-a2",
 ]
 # the parts added after the decoder language models landed also run one (gpt2) in both modes
-DECODER_TARGETS = ["gaudi2", "gaudi3", "ascend910b", "gaudi2-8", "gaudi3-8", "atlas-800t-a2"]
+DECODER_TARGETS = [
+    "gaudi2",
+    "gaudi3",
+    "ascend910b",
+    "gaudi2-8",
+    "gaudi3-8",
+    "atlas-800t-a2",
+    "cerebras-wse2",
+    "sambanova-sn10",
+]
 FP8_CHIPS = ["h100", "h100-pcie", "h200", "b200", "mi300x"]
 IPU_TRAIN_OPTIONS = {
     # BERT-Large training does not fit one IPU's In-Processor Memory: on one chip everything that does
