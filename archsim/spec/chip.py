@@ -1,7 +1,7 @@
 """Chip descriptions: the common header, one section per family, and their cross-field checks.
 
 A chip file (``chips/NAME.yaml``) has ``kind: chip``, a ``family`` and exactly the one family section
-that matches it, written under the family's name (``tensorcore``, ``ipu``, ``cube``, ``systolic`` or a
+that matches it, written under the family's name (``tensorcore``, ``ipu``, ``cube``, ``systolic``, ``dataflow`` or a
 plugged-in family's) and validated by the schema the family registered
 (:mod:`archsim.spec.registry`). Every quantity is a unit string;
 see :mod:`archsim.units`. The checks at the bottom of :class:`ChipSpec` tie the parts together: the

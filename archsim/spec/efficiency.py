@@ -42,7 +42,7 @@ class Efficiency(Spec):
     """Fixed cost per training step outside the ops (optimizer bookkeeping, loss scaling, data feed);
     inference steps do not pay it."""
     exchange: Fraction | None = None
-    """IPU only: fraction of the on-chip exchange bandwidth an exchange phase reaches."""
+    """IPU and dataflow chips: fraction of the on-chip exchange (IPU) or mesh fabric (dataflow) bandwidth reached."""
     wave_overhead: Duration | None = None
     """GPU only: time each wave of thread blocks spends filling and draining its pipeline (the first
     operand tiles arriving from memory, the last results stored) when it cannot overlap a neighbour."""

@@ -38,7 +38,13 @@ from archsim.spec.efficiency import Efficiency
 if TYPE_CHECKING:
     from archsim.spec.chip import ChipSpec
 
-BUILTIN_MODULES = ("archsim.models.tensorcore", "archsim.models.ipu", "archsim.models.cube", "archsim.models.systolic")
+BUILTIN_MODULES = (
+    "archsim.models.tensorcore",
+    "archsim.models.ipu",
+    "archsim.models.cube",
+    "archsim.models.systolic",
+    "archsim.models.dataflow",
+)
 """The built-in family modules, imported (in this order) before any plug-in."""
 ENTRY_POINT_GROUP = "archsim.families"
 """Entry-point group of installed family packages: each entry point names a module to import."""

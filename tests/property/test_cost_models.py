@@ -17,6 +17,7 @@ from archsim.testing.strategies import gemm_ops, ops, traces
 from archsim.workloads.trace import Gemm, Op, OpKind, Phase, Role, TensorAccess, Trace
 
 CHIPS = ["v100", "a100", "h100", "gc2", "ipu", "ascend910", "tpu-v2", "tpu-v3", "tpu-v4", "systolic-32x32"]
+CHIPS += ["cerebras-wse2", "sambanova-sn10"]
 LIBRARY = Library(use_env=False)
 
 
@@ -45,6 +46,9 @@ def section_paths(chip: ChipSpec) -> list[str]:
         paths += ["ipu.exchange_bandwidth", "memory.onchip.bandwidth", "ipu.tile_sram"]
     if chip.family == "cube":
         paths += ["cube.ai_cores", "cube.l0a", "cube.l0b", "cube.l0c", "cube.l1"]
+    if chip.family == "dataflow":
+        paths += ["dataflow.processing_elements", "dataflow.onchip_memory", "dataflow.fabric_bandwidth"]
+        paths += ["dataflow.onchip_bandwidth"]
     if chip.family == "systolic":
         # a larger array is not "more units": its fill and drain grow, and small products do get slower
         paths += ["systolic.arrays_per_core", "systolic.cores"]

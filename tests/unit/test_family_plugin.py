@@ -104,7 +104,7 @@ def test_an_unregistered_family_is_refused_in_one_line(tmp_path: Path) -> None:
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert done.stderr.startswith("archsim: error: ")
-    assert "family: unknown family 'toy' (known: tensorcore, ipu, cube, systolic; " in done.stderr
+    assert "family: unknown family 'toy' (known: tensorcore, ipu, cube, systolic, dataflow; " in done.stderr
     assert "ARCHSIM_FAMILIES" in done.stderr
 
 

@@ -28,6 +28,8 @@ CHIPS = [
     "gaudi2",
     "gaudi3",
     "ascend910b",
+    "cerebras-wse2",
+    "sambanova-sn10",
 ]
 SYSTEMS = [
     "dgx-h200",
@@ -43,7 +45,16 @@ SYSTEMS = [
     "atlas-800t-a2",
 ]
 # the parts added after the decoder language models landed also run one (gpt2) in both modes
-DECODER_TARGETS = ["gaudi2", "gaudi3", "ascend910b", "gaudi2-8", "gaudi3-8", "atlas-800t-a2"]
+DECODER_TARGETS = [
+    "gaudi2",
+    "gaudi3",
+    "ascend910b",
+    "gaudi2-8",
+    "gaudi3-8",
+    "atlas-800t-a2",
+    "cerebras-wse2",
+    "sambanova-sn10",
+]
 FP8_CHIPS = ["h100", "h100-pcie", "h200", "b200", "mi300x"]
 IPU_TRAIN_OPTIONS = {
     # BERT-Large training does not fit one IPU's In-Processor Memory: on one chip everything that does
@@ -133,6 +144,14 @@ def test_uncalibrated_chips_carry_the_extrapolation_flag(capsys: pytest.CaptureF
     assert result["extrapolation"] == ["chip"]
 
 
+@pytest.mark.parametrize("chip", ["cerebras-wse2", "sambanova-sn10"])
+def test_dataflow_chips_have_no_calibration_row(capsys: pytest.CaptureFixture[str], chip: str) -> None:
+    """No calibration row covers the dataflow family: the chip is an extrapolation and no error bar is claimed."""
+    result = run_json(capsys, "run", chip, "resnet50")
+    assert "chip" in result["extrapolation"]  # type: ignore[operator]
+    assert result["uncertainty"] is None
+
+
 @pytest.mark.parametrize("chip", FP8_CHIPS)
 def test_fp8_runs_at_its_own_peak_and_beats_fp16_on_a_large_product(
     capsys: pytest.CaptureFixture[str], chip: str
@@ -187,6 +206,11 @@ def test_chips_without_fp8_refuse_it_in_one_line(capsys: pytest.CaptureFixture[s
         ("gaudi3", {"peak__fp8": "3670 TFLOPS"}, "peak.fp8: published 3670.0"),
         ("gaudi2", {"systolic__mac_per_pe_per_clock": {"bf16": 1}}, "peak.fp8: no unit of this chip runs fp8"),
         ("ascend910b", {"cube__l0c": 131072}, "cube.l0c"),
+        ("cerebras-wse2", {"dataflow__processing_elements": -4}, "dataflow.processing_elements"),
+        ("cerebras-wse2", {"dataflow__fabric_bandwidth": 27}, "dataflow.fabric_bandwidth"),
+        ("cerebras-wse2", {"dataflow__pcus": 640}, "dataflow.pcus"),
+        ("sambanova-sn10", {"dataflow__onchip_memory": "1 GiB"}, "disagrees with memory.onchip.capacity"),
+        ("sambanova-sn10", {"dataflow__macs_per_pe_per_clock": {"bf16": 100}}, "peak.bf16: published"),
     ],
 )
 def test_bad_new_fields_are_refused_in_one_line(
