@@ -206,7 +206,13 @@ def compulsory_bytes(op: Op, element_bytes: int) -> int:
 def chip_rates(
     chip: ChipSpec, efficiency: FamilyEfficiency, precision: Precision, vector_flops_per_s: float
 ) -> ChipRates:
-    """Rates of ``chip`` at ``precision``; an unsupported precision is a UsageError."""
+    """Rates of ``chip`` at ``precision``; an unsupported precision is a UsageError.
+
+    The chip's peak (:meth:`~archsim.spec.chip.ChipSpec.peak_flops`, its matrix units') bounds every
+    unit: the vector path runs at ``vector_flops_per_s`` or that peak, whichever is lower. Every
+    shipped chip's vector units are far below it; a variant whose are not (a 1x1 systolic array beside
+    a 32-lane vector unit) would otherwise report more FLOP/s than its peak.
+    """
     macs = chip.macs_per_clock(precision)
     if macs is None or precision not in chip.peak:
         supported = ", ".join(p.value for p in chip.precisions)
@@ -214,7 +220,7 @@ def chip_rates(
     return ChipRates(
         clock_hz=chip.clock,
         matrix_macs_per_clock=macs,
-        vector_flops_per_s=vector_flops_per_s,
+        vector_flops_per_s=min(vector_flops_per_s, 2.0 * macs * chip.clock),
         dram_bytes_per_s=chip.memory.main.bandwidth,
         element_bytes=precision.bytes,
         efficiency=efficiency,

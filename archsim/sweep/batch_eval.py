@@ -110,8 +110,11 @@ def evaluate(group: Group) -> list[RunResult | None]:
     macs = np.array([c.macs_per_clock(precision) for c in chips], dtype=np.int64)
     matrix_flops = 2.0 * macs * batch.clock_hz
     sections = [c.section_of(SystolicSection) for c in chips]
-    vector_flops = np.array(
-        [s.vector_ops_per_clock.get(precision, 0) * s.cores * c.clock for s, c in zip(sections, chips, strict=True)]
+    vector_flops = np.minimum(  # the vector path held to the chip's peak, as chip_rates holds it
+        np.array(
+            [s.vector_ops_per_clock.get(precision, 0) * s.cores * c.clock for s, c in zip(sections, chips, strict=True)]
+        ),
+        matrix_flops,
     )
     dram_published = np.array([c.memory.main.bandwidth for c in chips])
     dram_bw = dram_published * eff.memory_bandwidth

@@ -14,7 +14,7 @@ from archsim.spec.common import replace_path
 from archsim.spec.library import Library
 from archsim.stack import default_efficiency
 from archsim.testing.strategies import gemm_ops, ops, traces
-from archsim.workloads.trace import Gemm, Op, OpKind, Phase, Role, TensorAccess, Trace
+from archsim.workloads.trace import Gemm, Mode, Op, OpKind, Phase, Role, TensorAccess, Trace
 
 CHIPS = ["v100", "a100", "h100", "gc2", "ipu", "ascend910", "tpu-v2", "tpu-v3", "tpu-v4", "systolic-32x32"]
 CHIPS += ["cerebras-wse2", "sambanova-sn10"]
@@ -161,3 +161,23 @@ def test_a_decode_product_is_never_compute_bound_on_an_array(name: str) -> None:
     cost = model(chip).cost(op)
     assert cost.bound in (Bound.MEMORY, Bound.OVERHEAD)
     assert cost.fill_s > cost.compute_s - cost.fill_s
+
+
+def test_vector_units_faster_than_the_matrix_units_are_held_to_the_peak() -> None:
+    """A 1x1 systolic array beside its 32-lane vector unit: element-wise work never passes the chip's peak."""
+    library = Library(use_env=False)
+    base = library.chip("systolic-32x32")
+    tiny = base.model_copy(update={"section": base.section.model_copy(update={"array_rows": 1, "array_cols": 1})})
+    peak = tiny.peak_flops(tiny.default_precision)
+    op = Op(
+        "add",
+        OpKind.ELEMENTWISE,
+        Phase.FORWARD,
+        flops=10**9,
+        reads=(TensorAccess("x", 1024),),
+        writes=(TensorAccess("y", 1024),),
+    )
+    trace = Trace("one-add", Mode.INFER, 1, tiny.default_precision, (op,), 0, 0)
+    result = run_trace(Target(tiny.name, tiny), trace, library)
+    assert result.layers[0].end_s - result.layers[0].start_s >= op.flops / peak
+    assert 0 < result.utilization <= 1
