@@ -93,11 +93,7 @@ def build_result(
     """
     layers = tuple(LayerRecord.of(op, t, chip.clock) for op, t in zip(trace.ops, timings, strict=True))
     ops_time_s = max((t.end_s for t in timings), default=0.0)
-    input_wait_s = input_wait(trace.batch, ops_time_s + step_overhead_s, input_samples_per_s)
-    step_time_s = ops_time_s + step_overhead_s + input_wait_s
-    by_bound = {b.value: 0.0 for b in Bound}
-    for t in timings:
-        by_bound[t.cost.bound.value] += t.end_s - t.start_s
+    input_wait_s, step_time_s, by_bound = _step(trace.batch, ops_time_s, step_overhead_s, input_samples_per_s, timings)
     samples = trace.batch * num_chips
     throughput = samples * tokens_per_sample(trace) / step_time_s
     flops = trace.flops * num_chips
@@ -129,6 +125,21 @@ def build_result(
         chip_not_published=chip.not_published(),
         layers=layers,
     )
+
+
+def _step(
+    batch: int,
+    ops_time_s: float,
+    step_overhead_s: float,
+    input_samples_per_s: float | None,
+    timings: Sequence[OpTiming],
+) -> tuple[float, float, dict[str, float]]:
+    """A step's input wait, its time (ops, step overhead, input wait) and the ops' seconds by bound."""
+    input_wait_s = input_wait(batch, ops_time_s + step_overhead_s, input_samples_per_s)
+    by_bound = {b.value: 0.0 for b in Bound}
+    for t in timings:
+        by_bound[t.cost.bound.value] += t.end_s - t.start_s
+    return input_wait_s, ops_time_s + step_overhead_s + input_wait_s, by_bound
 
 
 def build_system_result(
@@ -168,11 +179,8 @@ def build_system_result(
     saying why one chip cannot.
     """
     layers = tuple(LayerRecord.of(op, t, chip.clock, stage) for op, t, stage in entries)
-    input_wait_s = input_wait(batch, ops_time_s + step_overhead_s, input_samples_per_s)
-    step_time_s = ops_time_s + step_overhead_s + input_wait_s
-    by_bound = {b.value: 0.0 for b in Bound}
-    for _, t, _ in entries:
-        by_bound[t.cost.bound.value] += t.end_s - t.start_s
+    timings = [t for _, t, _ in entries]
+    input_wait_s, step_time_s, by_bound = _step(batch, ops_time_s, step_overhead_s, input_samples_per_s, timings)
     by_bound[Bound.COMMUNICATION.value] += exposed_comm_s
     update_flops = sum(op.flops for op in trace.ops if op.phase is Phase.UPDATE)
     replica_flops = (trace.flops - update_flops) * microbatches + update_flops
