@@ -3,8 +3,11 @@
 For each family, the parameters its calibration fitted (the family's efficiencies and its stacks'
 dispatch costs, named in a :class:`Plan`) are refitted jointly without each fold of the family's rows
 (leave-one-out when the family has no more rows than ``folds``), warm-started from the fitted values
-in the files, and each held-out row is predicted with parameters that never saw it. The in-sample
-error of a row is its error with the values in the files. Rows that time a collective call
+in the files, and each held-out row is predicted with parameters that never saw it: a stack none of
+whose rows is left in a fold cannot be refitted there, so its held-out rows are predicted with its
+parameters at their priors -- a kernel compute fraction (``compute.P``) at the family's refitted
+``compute``, a dispatch cost at 0 s, its lower bound -- not with the values fitted to those very
+rows. The in-sample error of a row is its error with the values in the files. Rows that time a collective call
 (``busbw``) depend on no family or stack parameter and are left out (their library's two parameters
 are fitted to them exactly by ``scripts/fit_collectives.py``).
 """
@@ -90,8 +93,12 @@ def held_out_errors(
         raise ValueError(f"{len(rows)} {plan.family} rows cannot determine {plan.count} parameters")
     start, decode = _joint(library, plan)
 
-    def errors(subset: Sequence[Prepared], x: Sequence[float]) -> dict[str, float]:
+    def errors(
+        subset: Sequence[Prepared], x: Sequence[float], unseen: frozenset[str] = frozenset()
+    ) -> dict[str, float]:
         family, stacks = decode(x)
+        for name in unseen:
+            stacks[name] = _prior(library.software(name), plan.stacks[name], family)
         report = report_for(spec, subset, library, {plan.family: family}, stacks=stacks)
         return {r.row.id: abs(r.error) for r in report.rows}
 
@@ -112,8 +119,18 @@ def held_out_errors(
             progress(f"{plan.family}: fold {fold + 1}/{k} ({len(train)} rows to fit, {len(test)} held out)")
         options = {"maxfev": max_evaluations, "xatol": 1e-3, "fatol": 1e-5, "adaptive": True}
         fitted = minimize(loss(train), start, method="Nelder-Mead", options=options).x if train else start
-        held.update(errors(test, [float(v) for v in fitted]))
+        seen = {software_name(p, library) for p in train}
+        unseen = frozenset(name for name in plan.stacks if name not in seen)
+        held.update(errors(test, [float(v) for v in fitted], unseen))
     return [RowErrors(p, software_name(p, library), in_sample[p.row.id], held[p.row.id]) for p in rows]
+
+
+def _prior(spec: SoftwareSpec, names: Sequence[str], family: Efficiency) -> SoftwareSpec:
+    """``spec`` with the parameters ``names`` at their priors: compute fractions at ``family``'s, costs 0 s."""
+    values: dict[str, float | None] = {_field(name): 0.0 for name in names if _field(name) != "compute"}
+    if any(_field(name) == "compute" for name in names):
+        values["compute"] = family.compute
+    return _apply(spec, Efficiency().model_copy(update=values), names)
 
 
 def grouped(results: Sequence[RowErrors]) -> list[dict[str, object]]:

@@ -148,3 +148,16 @@ def test_held_out_errors_refit_without_the_row(library: Library) -> None:
     assert all(r.software == "poplar-2.3" and r.in_sample >= 0 and r.held_out >= 0 for r in results)
     with pytest.raises(ValueError, match="cannot determine 3 parameters"):
         held_out_errors(library, Plan("ipu", ("compute", "vector", "exchange"), {}), max_evaluations=1)
+
+
+def test_a_stack_left_without_rows_in_a_fold_is_held_out_at_its_prior(library: Library) -> None:
+    from archsim.spec.common import Precision
+    from archsim.validation.crossval import _prior
+
+    stack = library.software("mindspore-1.2")
+    family = library.family("cube").efficiency
+    assert stack.kernels.compute[Precision.FP16] != family.compute  # fitted to its one row
+    prior = _prior(stack, ("compute.fp16",), family)
+    assert prior.kernels.compute[Precision.FP16] == family.compute
+    costs = _prior(library.software("tpu-xla"), ("per_step",), library.family("systolic").efficiency)
+    assert costs.dispatch.per_step == 0.0
