@@ -28,6 +28,9 @@ class MlperfRow(Spec):
     submission: str
     """The submission's system name as published."""
     software: str
+    """The software the submission ran, as published."""
+    stack: Name | None = None
+    """The archsim software stack (``software/``) that runs the row (None: the chip's default)."""
     target: str
     workload: str
     batch: Count

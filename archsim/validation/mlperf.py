@@ -77,6 +77,7 @@ def predict_row(row: MlperfRow, library: Library, source: str) -> RunResult:
         fusion=row.fusion,
         recompute=row.recompute,
         streaming_memory=row.streaming_memory,
+        software=row.stack,
     )
     if result.global_batch != row.global_batch:
         raise SpecError(

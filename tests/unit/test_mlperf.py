@@ -46,3 +46,24 @@ def test_a_row_whose_settings_miss_its_global_batch_is_refused(
     code, out, err = run_cli(capsys, "mlperf", "--table", str(path))
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "global batch of 1600, the log records 3200" in err
+
+
+def test_a_row_runs_with_the_stack_it_names(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    root = next(r for r in builtin_roots() if r.name == "validation")
+    data = yaml.safe_load((root / "mlperf.yaml").read_text())
+    pcl = next(r for r in data["rows"] if r["id"] == "pcl-ascend910x256-rn50-v1.0")
+    assert pcl["stack"] == "mindspore-1.2"  # the submission's MindSpore 1.2.1, not the chip's default 0.5
+    minutes = {}
+    for stack in ("mindspore-1.2", "mindspore-0.5"):
+        data["rows"] = [{**pcl, "stack": stack}]
+        path = tmp_path / f"{stack}.yaml"
+        path.write_text(yaml.safe_dump(data))
+        code, out, err = run_cli(capsys, "mlperf", "--table", str(path), "--json")
+        assert code == 0, err
+        minutes[stack] = json.loads(out)["rows"][0]["predicted_minutes"]
+    assert minutes["mindspore-1.2"] < minutes["mindspore-0.5"]  # its kernels reach more of the cube peak
+    data["rows"] = [{**pcl, "stack": "mindspore-9"}]
+    path = tmp_path / "unknown.yaml"
+    path.write_text(yaml.safe_dump(data))
+    code, out, err = run_cli(capsys, "mlperf", "--table", str(path))
+    assert code == 2 and out == "" and "mindspore-9" in err and err.count("\n") == 1
