@@ -43,6 +43,18 @@ def test_generate_is_a_prefill_then_n_decode_steps(library: Library) -> None:
     assert generate.max_batch == min(prefill.max_batch, decode.max_batch)
 
 
+def test_n_mean_context_steps_cost_the_n_steps_of_the_generation(library: Library) -> None:
+    # the t-th step attends to P + t keys: a decode run of one token at prompt P + t - 1 prices it alone
+    n, prompt = 9, 64
+    generate = simulate("h100", "gpt2", mode="generate", batch=8, prompt_len=prompt, gen_len=n, library=library)
+    steps = [
+        simulate("h100", "gpt2", mode="decode", batch=8, prompt_len=prompt + t - 1, gen_len=1, library=library)
+        for t in range(1, n + 1)
+    ]
+    assert generate.tpot_s is not None
+    assert n * generate.tpot_s == pytest.approx(sum(step.step_time_s for step in steps), rel=1e-4)
+
+
 def test_generate_without_a_batch_takes_the_smaller_default(library: Library) -> None:
     generate = simulate("a100-80gb", "llama2-7b", mode="generate", prompt_len=1024, gen_len=1024, library=library)
     decode = simulate("a100-80gb", "llama2-7b", mode="decode", prompt_len=1024, gen_len=1024, library=library)
