@@ -111,6 +111,17 @@ def test_cli_generate_json_and_summary(capsys: pytest.CaptureFixture[str]) -> No
     assert "time to first token" in out and "output tokens/s" in out and "the largest batch that fits is" in out
 
 
+def test_report_and_timeline_take_generate(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    argv = ("h100", "gpt2", "--mode", "generate", "--prompt-len", "32", "--gen-len", "8")
+    code, _, err = run_cli(capsys, "plot", "timeline", *argv, "--out", str(tmp_path / "t.html"))
+    assert (code, err) == (0, "")
+    code, _, err = run_cli(capsys, "run", *argv, "--timeline", str(tmp_path / "t.json"))
+    assert (code, err) == (0, "")
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    names = {e["name"] for e in events if e["ph"] == "X"}
+    assert "embed_tokens" in names and "decode.embed_tokens" in names  # the prefill, then one decode step
+
+
 def test_generate_in_a_sweep(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     pd = pytest.importorskip("pandas")
     spec = tmp_path / "gen.yaml"
