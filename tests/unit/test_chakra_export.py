@@ -85,7 +85,8 @@ def test_every_stage_of_a_pipeline_round_trips(tmp_path: Path, library: Library)
 
 
 def test_files_follow_the_official_schema_and_sends_meet_receives(tmp_path: Path, library: Library) -> None:
-    paths = export_chakra("dgx-a100", "gpt2", tmp_path, library, **PIPELINE)
+    paths = export_chakra("dgx-a100", "gpt2", tmp_path, library, all_ranks=True, **PIPELINE)
+    assert len(paths) == 8  # two replicas of a 4-stage pipeline
     sends: list[tuple[int, int, int, int]] = []
     receives: list[tuple[int, int, int, int]] = []
     for rank, path in enumerate(paths):
@@ -104,8 +105,8 @@ def test_files_follow_the_official_schema_and_sends_meet_receives(tmp_path: Path
             elif NODE_TYPES[node.type] == "COMM_COLL_NODE":
                 assert COMM_TYPES[attrs["comm_type"].int64_val] == "ALL_REDUCE"
                 assert attrs["comm_size"].int64_val > 0
-                assert attrs["pg_name"].string_val == f"data-parallel.stage{rank}"
-                assert list(attrs["archsim.group_ranks"].int64_list.values) == [rank, rank + 4]
+                assert attrs["pg_name"].string_val == f"data-parallel.stage{rank % 4}"
+                assert list(attrs["archsim.group_ranks"].int64_list.values) == [rank % 4, rank % 4 + 4]
             else:
                 key = tuple(attrs[a].int32_val for a in ("comm_src", "comm_dst", "comm_tag"))
                 entry = (*key, attrs["comm_size"].int64_val)
