@@ -19,9 +19,10 @@ parallelism today -- generation does too), and the two results are combined (:fu
   are not counted as an output token) and ``tokens_per_s``: prompt and generated tokens together,
   ``global_batch * (P + N) / e2e_s``;
 * FLOPs, op time by bound, energy, communication and link traffic: the prefill's plus ``N`` times
-  the decode step's; memory: the larger of the two (the decode step holds the KV cache of
-  ``P + N`` tokens); layers and collectives: the prefill's, then one decode step's after it, named
-  ``prefill.*`` and ``decode.*``.
+  the decode step's (``energy_per_sample_j`` per sequence, ``energy_per_token_j`` per generated
+  token); memory: the larger of the two (the decode step holds the KV cache of ``P + N`` tokens);
+  layers and collectives: the prefill's, then one decode step's after it, named ``prefill.*`` and
+  ``decode.*``.
 
 With no batch asked, each run's default batch is halved until its step fits and the smaller of the
 two is used for both.
