@@ -61,7 +61,8 @@ def simulate(
     In-Processor Memory (:mod:`archsim.memory_fit`; other chips ignore it); a step that does not fit
     is refused with :class:`~archsim.errors.CapacityError` naming the largest batch that fits.
     ``mode`` ``prefill`` and ``decode`` (decoder language models) take ``prompt_len`` instead of
-    ``seq_len`` and, for decode, ``gen_len`` (:mod:`archsim.workloads.decoder`; None: 128 each).
+    ``seq_len`` and, for decode, ``gen_len`` (:mod:`archsim.workloads.decoder`; None: 128 each);
+    ``generate`` runs a prefill then ``gen_len`` decode steps (:mod:`archsim.run.generation`).
 
     ``target`` may also be a multi-chip system (``interconnect/systems/``); the keyword arguments
     then spread the workload over it (see :class:`archsim.run.request.Layout`, where they are

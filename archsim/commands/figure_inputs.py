@@ -26,12 +26,14 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``TARGET WORKLOAD`` and the run options (mode, batch, precision, ...) on ``parser``."""
     parser.add_argument("target", help="chip or system name, alias or YAML path")
     parser.add_argument("workload", help="model name, trace file or gemm:MxNxK")
-    parser.add_argument("--mode", choices=["train", "infer", "prefill", "decode"], default="infer")
+    parser.add_argument("--mode", choices=["train", "infer", "prefill", "decode", "generate"], default="infer")
     parser.add_argument("--batch", type=positive_int, default=None)
     parser.add_argument("--precision", choices=[p.value for p in Precision], default=None)
     parser.add_argument("--seq-len", type=positive_int, default=None)
-    parser.add_argument("--prompt-len", type=positive_int, default=None, help="prefill and decode: prompt tokens")
-    parser.add_argument("--gen-len", type=positive_int, default=None, help="decode: tokens generated per sequence")
+    parser.add_argument(
+        "--prompt-len", type=positive_int, default=None, help="prefill, decode, generate: prompt tokens"
+    )
+    parser.add_argument("--gen-len", type=positive_int, default=None, help="decode, generate: tokens generated")
     parser.add_argument("--nodes", type=positive_int, default=None)
     parser.add_argument("--pipeline-stages", type=positive_int, default=1)
     parser.add_argument("--microbatches", type=positive_int, default=None)

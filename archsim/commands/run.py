@@ -24,7 +24,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "--mode",
         choices=[m.value for m in Mode],
         default="infer",
-        help="train, infer, or for decoder language models prefill (the prompt) and decode (one new token)",
+        help="train, infer, or for decoder language models prefill (the prompt), decode (one new token) "
+        "and generate (a prefill, then --gen-len decode steps)",
     )
     parser.add_argument("--batch", type=positive_int, default=None, help="per-chip batch (default: the model's)")
     parser.add_argument(
@@ -35,10 +36,13 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seq-len", type=positive_int, default=None, help="sequence length (BERT, decoders)")
     parser.add_argument(
-        "--prompt-len", type=positive_int, default=None, help="prefill and decode: prompt tokens per sequence (128)"
+        "--prompt-len",
+        type=positive_int,
+        default=None,
+        help="prefill, decode, generate: prompt tokens per sequence (128)",
     )
     parser.add_argument(
-        "--gen-len", type=positive_int, default=None, help="decode: tokens generated per sequence (128)"
+        "--gen-len", type=positive_int, default=None, help="decode, generate: tokens generated per sequence (128)"
     )
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
     add_trace_arguments(parser)

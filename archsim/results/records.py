@@ -215,6 +215,13 @@ class RunResult:
     kv_cache_bytes: int = field(default=0, kw_only=True)
     """Bytes of the KV cache per chip, part of ``memory_bytes`` (prefill: the prompt's; decode: prompt
     and generated tokens)."""
+    e2e_s: float | None = field(default=None, kw_only=True)
+    """Generate: the request's latency, ``ttft_s + gen_len * tpot_s`` (the step time); None otherwise."""
+    output_tokens_per_s: float | None = field(default=None, kw_only=True)
+    """Generate: generated tokens per second, whole target, ``global_batch * gen_len / e2e_s``."""
+    max_batch: int | None = field(default=None, kw_only=True)
+    """Prefill, decode and generate: the largest batch (as ``batch`` counts it) whose steps fit the chip's
+    memory with their KV cache (:mod:`archsim.run.generation`); None otherwise."""
     input_pipeline: InputRecord | None = field(default=None, kw_only=True)
     """The input pipeline of the step, when the run models it (``--input-decode``)."""
     time_to_train: TimeToTrainRecord | None = field(default=None, kw_only=True)

@@ -51,10 +51,19 @@ def error_bar(result: RunResult) -> str:
 
 
 def generation_lines(result: RunResult) -> list[str]:
-    """Prefill and decode: time to first token or per output token, and the KV cache (none otherwise)."""
+    """Prefill, decode, generate: time to first token or per output token, the KV cache (none otherwise)."""
     if result.tokens_per_s is None:
         return []
-    if result.ttft_s is not None:
+    if result.e2e_s is not None:
+        assert result.ttft_s is not None
+        assert result.tpot_s is not None
+        assert result.output_tokens_per_s is not None
+        latency = (
+            f"time to first token {format_time(result.ttft_s)}, per output token {format_time(result.tpot_s)} "
+            f"(mean of {result.gen_len} decode steps), end to end {format_time(result.e2e_s)} "
+            f"(prompt {result.prompt_len}); {result.output_tokens_per_s:,.1f} output tokens/s"
+        )
+    elif result.ttft_s is not None:
         latency = f"time to first token {format_time(result.ttft_s)} (prompt of {result.prompt_len} tokens)"
     else:
         assert result.tpot_s is not None
@@ -62,7 +71,10 @@ def generation_lines(result: RunResult) -> list[str]:
             f"time per output token {format_time(result.tpot_s)} (prompt {result.prompt_len}, "
             f"{result.gen_len} generated: one step at the mean context)"
         )
-    return [f"generation    {latency}", f"kv cache      {format_bytes(result.kv_cache_bytes)} of the memory used"]
+    cache = f"kv cache      {format_bytes(result.kv_cache_bytes)} of the memory used"
+    if result.max_batch is not None:
+        cache += f"; the largest batch that fits is {result.max_batch}"
+    return [f"generation    {latency}", cache]
 
 
 def layer_table(result: RunResult) -> list[str]:

@@ -166,9 +166,9 @@ class RunRequest:
     seq_len: int | None = None
     """The sequence length of ``infer`` and ``train`` runs (None: the model's)."""
     prompt_len: int | None = None
-    """``prefill`` and ``decode``: the prompt's tokens per sequence (None: 128)."""
+    """``prefill``, ``decode`` and ``generate``: the prompt's tokens per sequence (None: 128)."""
     gen_len: int | None = None
-    """``decode``: tokens generated per sequence (None: 128)."""
+    """``decode`` and ``generate``: tokens generated per sequence (None: 128)."""
     layout: Layout = field(default_factory=Layout)
     software: str | None = None
     """A ``software/`` stack's name (None: the chip's default)."""

@@ -19,6 +19,7 @@ from archsim.errors import UsageError
 from archsim.limits import check_trace_ops
 from archsim.models.placement import place
 from archsim.results.timeline import Timeline, TimelineSpan
+from archsim.run import generation
 from archsim.run.chip import replay_on_chip
 from archsim.run.context import RunOutput, SystemOptions
 from archsim.run.request import RunRequest
@@ -58,8 +59,46 @@ class BuiltRun:
 
 
 def run(request: RunRequest, library: Library, *, record: bool = False) -> RunOutput:
-    """Run ``request``: its result, and with ``record`` its timeline."""
-    return replay_built(build(request, library), library, record=record)
+    """Run ``request``: its result, and with ``record`` its timeline.
+
+    ``generate`` runs a prefill and decode steps (:mod:`archsim.run.generation`); the generation modes
+    report the largest batch that fits.
+    """
+    if request.mode is Mode.GENERATE:
+        return run_generate(request, library, record=record)
+    built = build(request, library)
+    output = replay_built(built, library, record=record)
+    if not request.mode.is_generation:
+        return output
+    return RunOutput(replace(output.result, max_batch=largest_batch(built)), output.timeline)
+
+
+def run_generate(request: RunRequest, library: Library, *, record: bool = False) -> RunOutput:
+    """A ``generate`` request: a prefill run and a decode run, combined (:mod:`archsim.run.generation`).
+
+    With no batch asked, each run's default batch is halved until it fits and both take the smaller.
+    """
+    prefill_request = replace(request, mode=Mode.PREFILL, gen_len=None)
+    decode_request = replace(request, mode=Mode.DECODE)
+    prefill, decode = build(prefill_request, library), build(decode_request, library)
+    if request.batch is None and prefill.trace.batch != decode.trace.batch:
+        batch = min(prefill.trace.batch, decode.trace.batch)
+        if prefill.trace.batch != batch:
+            prefill = build(replace(prefill_request, batch=batch), library)
+        else:
+            decode = build(replace(decode_request, batch=batch), library)
+    first, step = replay_built(prefill, library, record=record), replay_built(decode, library, record=record)
+    gen_len = step.result.gen_len
+    assert gen_len is not None, "a decode run reports its generation length"
+    result = generation.combined(first.result, step.result, gen_len, decode.target.chip)
+    result = replace(result, max_batch=largest_batch(decode, prefill))
+    return RunOutput(result, generation.combined_timeline(first.timeline, step.timeline, first.result.step_time_s))
+
+
+def largest_batch(*runs: BuiltRun) -> int | None:
+    """The largest batch at which every run's step fits (:func:`archsim.run.generation.max_batch`)."""
+    first = runs[0]
+    return generation.max_batch(first.target.chip, first.options.streaming, [run.rebuild for run in runs])
 
 
 def build(request: RunRequest, library: Library) -> BuiltRun:

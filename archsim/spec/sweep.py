@@ -65,6 +65,8 @@ RUN_SETTINGS = (
     "time_to_train",
     "optimizer",
     "input_decode",
+    "prompt_len",
+    "gen_len",
 )
 MAX_AXIS_VALUES = 100_000
 """Values one axis may take (a range that would produce more is refused)."""
@@ -80,7 +82,7 @@ Scalar = StrictInt | StrictFloat | StrictBool | str
 class RunSettings(Spec):
     """Settings of every run of a sweep (the arguments of :func:`archsim.simulate`); None: its default."""
 
-    mode: Literal["infer", "train"] = "infer"
+    mode: Literal["infer", "train", "prefill", "decode", "generate"] = "infer"
     batch: Count | None = None
     precision: Precision | None = None
     seq_len: Count | None = None
@@ -103,6 +105,10 @@ class RunSettings(Spec):
     """Optimizer of the convergence data (None: the data's default)."""
     input_decode: Literal["host", "device"] | None = None
     """Feed each step from the system's input pipeline, decoding on the host or on the chips."""
+    prompt_len: Count | None = None
+    """Prompt tokens per sequence of the text-generation modes (None: 128)."""
+    gen_len: Count | None = None
+    """Tokens generated per sequence of ``decode`` and ``generate`` (None: 128)."""
 
 
 class WorkloadEntry(Spec):

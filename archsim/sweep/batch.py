@@ -64,6 +64,8 @@ def batch_reason(spec: SweepSpec, library: Library) -> str | None:
             return f"settings.{name} is set"
     if settings.pipeline_stages != 1 or settings.time_to_train:
         return "a multi-stage or time-to-train run"
+    if settings.mode in ("prefill", "decode", "generate") or (settings.prompt_len, settings.gen_len) != (None, None):
+        return "a text-generation run"
     for path in spec.axis_paths:
         if not path.startswith("chip."):
             return f"axis {path} is not a chip field"

@@ -82,6 +82,12 @@ RESULT_COLUMNS = (
     "step_bound",
     "time_to_train_s",
     "epochs",
+    "tokens_per_s",
+    "ttft_s",
+    "tpot_s",
+    "e2e_s",
+    "output_tokens_per_s",
+    "max_batch",
 )
 """The scalar fields of :class:`~archsim.results.records.RunResult`; ``normalized`` is flattened to
 ``throughput_per_*`` and ``time_by_bound`` to ``*_bound_s``; ``step_bound`` is the input pipeline's

@@ -203,6 +203,8 @@ def _build(
             choices = ", ".join(e.value for e in enum)
             raise UsageError(workload, field, f"must be one of {choices}, got {value!r}")
     mode, precision = Mode(mode), Precision(precision)
+    if mode is Mode.GENERATE:  # a prefill and decode steps: two traces, built by archsim.run.generation
+        raise UsageError(workload, "--mode", "generate is a prefill then decode steps, not one trace: use archsim run")
     options = options or TraceOptions()
     if options.recompute and mode is not Mode.TRAIN:
         raise UsageError(workload, "--recompute", "recomputes activations for the backward pass: training only")

@@ -12,10 +12,13 @@ and ``inputs.shapes`` holds two operand shapes ``[..., M, K]`` and ``[..., K, N]
 (:attr:`~archsim.workloads.trace.OpKind.COMM`) of that collective over all chips (every rank is assumed
 to run the same trace); ``COMM_SEND_NODE`` / ``COMM_RECV_NODE`` become sends and receives to one peer.
 Such a trace runs on a system (:func:`archsim.engine.parallel.data_parallel_step` prices its
-communication on the system's links). Memory load/store and metadata nodes have no cost: a dependency
-on one is a dependency on what it waits for. Bad files (malformed, truncated, cyclic or dangling
-dependencies, over :data:`~archsim.limits.MAX_TRACE_OPS` nodes) are :class:`~archsim.errors.SpecError`;
-the protobuf package is needed (``pip install 'archsim[chakra]'``).
+communication on the system's links). A communication node archsim wrote (one rank's step,
+:mod:`archsim.workloads.chakra_export`) keeps its group and phase (``archsim.group``,
+``archsim.phase``); ``ctrl_deps`` count as dependencies as ``data_deps`` do. Memory load/store and
+metadata nodes have no cost: a dependency on one is a dependency on what it waits for. Bad files
+(malformed, truncated, cyclic or dangling dependencies, over :data:`~archsim.limits.MAX_TRACE_OPS`
+nodes) are :class:`~archsim.errors.SpecError`; the protobuf package is needed
+(``pip install 'archsim[chakra]'``).
 """
 
 from __future__ import annotations
@@ -251,8 +254,10 @@ def read_chakra(path: str | os.PathLike[str], precision: Precision = Precision.F
     if not ops:  # a step of no op has no time to divide by
         raise SpecError(source, "nodes", "no compute or communication node")
     if ours:
-        if len(ops) != len(nodes) or order != list(range(len(nodes))) or any(op.kind.is_comm for op in ops):
-            raise SpecError(source, "nodes", "an archsim trace must hold compute nodes only, in order")
+        if len(ops) != len(nodes) or order != list(range(len(nodes))):
+            raise SpecError(
+                source, "nodes", "an archsim trace must hold compute and communication nodes only, in order"
+            )
         ops = [_check_own_deps(op, i, nodes[i], source) for i, op in enumerate(ops)]
     return _trace(header, ops, source, ours, precision)
 
@@ -268,14 +273,20 @@ def _comm_op(node: Any, attrs: dict[str, Any], deps: tuple[int, ...], source: st
     else:
         kind, group = (CommKind.SEND if node.type == COMM_SEND_NODE else CommKind.RECV), CommGroup.PEER
     size = _count(attrs.get("comm_size", 0), source, f"{field}.comm_size")
-    return comm_op(node.name, kind, size, deps, group)
+    if "archsim.group" not in attrs:
+        return comm_op(node.name, kind, size, deps, group)
+    try:  # written by archsim: its group and phase as they were
+        group, phase = CommGroup(attrs["archsim.group"]), Phase(attrs.get("archsim.phase", ""))
+    except ValueError as err:
+        raise SpecError(source, f"{field}.archsim.group", str(err)) from None
+    return comm_op(node.name, kind, size, deps, group, phase)
 
 
 def _check_own_deps(op: Op, index: int, node: Any, source: str) -> Op:
-    deps = tuple(int(d) for d in node.data_deps)
+    deps = tuple(sorted({int(d) for d in (*node.data_deps, *node.ctrl_deps)}))
     if any(d >= index for d in deps):
         raise SpecError(source, f"nodes[{index}].data_deps", "an op depends on a later op")
-    return Op(op.name, op.kind, op.phase, op.flops, op.reads, op.writes, deps, op.gemm, op.conv)
+    return op.with_deps(deps)
 
 
 def _trace(header: dict[str, Any], ops: list[Op], source: str, ours: bool, precision: Precision) -> Trace:

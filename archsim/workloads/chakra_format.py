@@ -14,6 +14,15 @@ attributes that keep everything else (kind, phase, tensors, Gemm and convolution
 trace's own fields are ``archsim.*`` attributes of the metadata. Other tools ignore attributes they
 do not know, and :func:`archsim.workloads.chakra.read_chakra` reads such a file back into an identical
 trace. A trace with communication ops is not written (a trace file holds one chip's compute).
+
+One rank's step (:mod:`archsim.workloads.chakra_export`) is written by :func:`chakra_bytes` with
+``durations_s`` -- each compute node's ``duration_micros`` (uint64 microseconds, rounded, as the
+schema defines it; the exact seconds in ``archsim.duration_s``) -- and ``comm``, the attributes of
+its communication ops: a collective is a ``COMM_COLL_NODE`` with ``comm_type`` (Chakra's
+``CollectiveCommType``), ``comm_size`` (bytes) and ``pg_name`` (its process group), a send or
+receive a ``COMM_SEND_NODE`` / ``COMM_RECV_NODE`` with ``comm_src``, ``comm_dst`` and ``comm_tag``
+(int32, as Chakra's feeder reads them) and ``comm_size``; each also keeps ``archsim.group``, its
+:class:`~archsim.workloads.trace.CommGroup`, and ``archsim.phase``.
 """
 
 from __future__ import annotations
@@ -22,18 +31,33 @@ import gzip
 import io
 import os
 import zlib
+from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any
 
 from archsim.errors import LimitError, SpecError, UsageError
 from archsim.limits import MAX_CHAKRA_BYTES, MAX_TRACE_OPS
 from archsim.outfile import write_file
-from archsim.workloads.trace import TensorAccess, Trace
+from archsim.workloads.trace import CommKind, Op, TensorAccess, Trace
 
 VERSION = "0.0.4"
 """The Chakra schema version written in the metadata."""
 COMP_NODE, COMM_SEND_NODE, COMM_RECV_NODE, COMM_COLL_NODE = 4, 5, 6, 7
 """Chakra's ``NodeType`` values archsim reads."""
+COMM_TYPES = {
+    CommKind.ALL_REDUCE: 0,
+    CommKind.REDUCE: 1,
+    CommKind.ALL_GATHER: 2,
+    CommKind.GATHER: 3,
+    CommKind.SCATTER: 4,
+    CommKind.BROADCAST: 5,
+    CommKind.ALL_TO_ALL: 6,
+    CommKind.REDUCE_SCATTER: 7,
+    CommKind.BARRIER: 9,
+}
+"""Chakra's ``CollectiveCommType`` value of each collective archsim writes."""
+INT32_ATTRIBUTES = frozenset({"comm_src", "comm_dst", "comm_tag"})
+"""Integer attributes Chakra's feeder reads as ``int32_val``."""
 
 
 def _field(name: str, number: int, kind: int, label: int = 1, type_name: str = "", oneof: int | None = None) -> Any:
@@ -129,8 +153,12 @@ def _attr(message: Any, name: str, value: object, unsigned: bool = False) -> Non
     attr = message.attr.add(name=name)
     if isinstance(value, bool):
         attr.bool_val = value
+    elif isinstance(value, float):
+        attr.double_val = value
     elif isinstance(value, int):
-        if unsigned:
+        if name in INT32_ATTRIBUTES:
+            attr.int32_val = value
+        elif unsigned:
             attr.uint64_val = value
         else:
             attr.int64_val = value
@@ -149,9 +177,18 @@ def _tensors_attrs(node: Any, prefix: str, tensors: tuple[TensorAccess, ...]) ->
     _attr(node, f"archsim.{prefix}_roles", [t.role.value for t in tensors])
 
 
-def chakra_bytes(trace: Trace) -> bytes:
-    """The Chakra ET of ``trace`` (see the module docstring); a trace with communication ops is refused."""
-    if trace.has_comm:
+def chakra_bytes(
+    trace: Trace,
+    *,
+    durations_s: Sequence[float] | None = None,
+    comm: Mapping[int, Mapping[str, object]] | None = None,
+) -> bytes:
+    """The Chakra ET of ``trace`` (see the module docstring).
+
+    ``durations_s``: each op's time (compute nodes' ``duration_micros``); ``comm``: the attributes of
+    each communication op, by op index. A trace with communication ops and no ``comm`` is refused.
+    """
+    if trace.has_comm and comm is None:
         raise UsageError(trace.name, "", "has communication ops: only one chip's compute is written as a Chakra ET")
     message = schema()
     meta = message["GlobalMetadata"](version=VERSION)
@@ -171,7 +208,14 @@ def chakra_bytes(trace: Trace) -> bytes:
         _attr(meta, f"archsim.meta.{key}", text)
     chunks = [meta.SerializeToString()]
     for index, op in enumerate(trace.ops):
+        if op.comm is not None:
+            assert comm is not None
+            chunks.append(_comm_node(message["Node"], index, op, comm[index]).SerializeToString())
+            continue
         node = message["Node"](id=index, name=op.name, type=COMP_NODE, data_deps=op.deps)
+        if durations_s is not None:
+            node.duration_micros = round(durations_s[index] * 1e6)
+            _attr(node, "archsim.duration_s", float(durations_s[index]))
         _attr(node, "is_cpu_op", False)
         _attr(node, "num_ops", op.flops)
         _attr(node, "tensor_size", op.bytes, unsigned=True)
@@ -187,6 +231,26 @@ def chakra_bytes(trace: Trace) -> bytes:
             _attr(node, "archsim.conv", [c.n, c.c, c.h, c.w, c.k, c.r, c.s, c.stride, c.pad])
         chunks.append(node.SerializeToString())
     return b"".join(_varint(len(chunk)) + chunk for chunk in chunks)
+
+
+def _comm_node(node_class: Any, index: int, op: Op, attributes: Mapping[str, object]) -> Any:
+    """The node of communication op ``op`` (see the module docstring)."""
+    assert op.comm is not None
+    kind = op.comm.kind
+    if kind.is_point_to_point:
+        node_type = COMM_SEND_NODE if kind is CommKind.SEND else COMM_RECV_NODE
+    else:
+        node_type = COMM_COLL_NODE
+    node = node_class(id=index, name=op.name, type=node_type, data_deps=op.deps)
+    _attr(node, "is_cpu_op", False)
+    if node_type == COMM_COLL_NODE:
+        _attr(node, "comm_type", COMM_TYPES[kind])
+    _attr(node, "comm_size", op.comm.bytes)
+    for name, value in attributes.items():
+        _attr(node, name, value)
+    _attr(node, "archsim.group", op.comm.group.value)
+    _attr(node, "archsim.phase", op.phase.value)
+    return node
 
 
 def write_chakra(trace: Trace, path: str | os.PathLike[str]) -> None:

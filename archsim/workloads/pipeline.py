@@ -113,6 +113,11 @@ def split_stages(trace: Trace, stages: int, op_seconds: Sequence[float]) -> list
             stage_of_forward[k] = s
     stage_of_op = {i: stage_of_forward[k] for k, i in enumerate(forward)}
     stage_of_op.update({i: stage_of_forward[k] for i, k in owner_of.items()})
+    return stages_of_ops(trace, stages, stage_of_op)
+
+
+def stages_of_ops(trace: Trace, stages: int, stage_of_op: dict[int, int]) -> list[Stage]:
+    """The ``stages`` stages of ``trace`` whose forward and backward ops (trace indices) ``stage_of_op`` assigns."""
     return [_stage(trace, s, stages, stage_of_op) for s in range(stages)]
 
 

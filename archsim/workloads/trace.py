@@ -142,17 +142,20 @@ class Mode(enum.StrEnum):
     ``prefill`` and ``decode`` are the two phases of generating text with a decoder language model
     (:mod:`archsim.workloads.decoder`): the forward pass over the prompt, which fills the KV cache,
     and one step that produces one new token per sequence from the KV cache. Both are forward only.
+    ``generate`` is a whole request: a prefill, then decode steps (:mod:`archsim.run.generation`); it
+    is a run of two traces, never the mode of one trace.
     """
 
     TRAIN = "train"
     INFER = "infer"
     PREFILL = "prefill"
     DECODE = "decode"
+    GENERATE = "generate"
 
     @property
     def is_generation(self) -> bool:
-        """True for the modes of text generation (prefill, decode), which count tokens, not samples."""
-        return self in (Mode.PREFILL, Mode.DECODE)
+        """True for the modes of text generation (prefill, decode, generate), which count tokens, not samples."""
+        return self in (Mode.PREFILL, Mode.DECODE, Mode.GENERATE)
 
 
 class Role(enum.StrEnum):

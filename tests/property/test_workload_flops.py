@@ -90,7 +90,7 @@ def test_memory_grows_with_batch(batch: int, mode: Mode, precision: Precision) -
 @settings(max_examples=15, deadline=None)
 @given(
     name=st.sampled_from(["gpt2", "gpt3-125m", "llama2-7b", "llama3-8b", "mixtral-8x7b"]),
-    mode=st.sampled_from(list(Mode)),
+    mode=st.sampled_from([m for m in Mode if m is not Mode.GENERATE]),  # generate is two traces, not one
     batch=st.integers(1, 8),
     seq=st.integers(1, 512),
     gen=st.integers(1, 256),

@@ -34,7 +34,7 @@ def library() -> Library:
         ({"batch": True}, "--batch: must be a positive integer, got True"),
         ({"seq_len": -1}, "--seq-len: must be a positive integer, got -1"),
         ({"batch": 2**31}, "--batch: must be at most 2147483647"),
-        ({"mode": "fly"}, "--mode: 'fly' is not one of train, infer, prefill, decode"),
+        ({"mode": "fly"}, "--mode: 'fly' is not one of train, infer, prefill, decode, generate"),
         ({"mode": "decode", "seq_len": 64}, "--seq-len: prefill and decode take the prompt's length: use --prompt-len"),
         ({"prompt_len": 64}, "--prompt-len: is for --mode prefill and decode; other modes take --seq-len"),
         ({"gen_len": 0}, "--gen-len: must be a positive integer, got 0"),

@@ -91,7 +91,7 @@ def test_grid_zip_points_and_constraints_expand_in_order(tmp_path: Path) -> None
         ({"grid": {"chip.systolic.rows": [8]}}, "chip.systolic.rows=8", "unknown field"),
         ({"grid": {"system.levels.node.links": [2]}}, "system.levels.node.links", "is a chip, not a system"),
         ({"grid": {"run.overlap": [True, "maybe"]}}, "run.overlap=maybe", "valid boolean"),
-        ({"grid": {"run.mode": ["fly"]}}, "run.mode=fly", "'infer' or 'train'"),
+        ({"grid": {"run.mode": ["fly"]}}, "run.mode=fly", "'decode' or 'generate'"),
         ({"grid": {"run.fusion": ["everything"]}}, "run.fusion=everything", "'none' or 'norm-act'"),
         ({"grid": {"run.recompute": ["maybe"]}}, "run.recompute=maybe", "valid boolean"),
     ],
