@@ -13,14 +13,29 @@ already produced (:class:`archsim.models.base.OpCost` and the op itself):
   of an on-chip SRAM buffer once each (``2 x bytes`` at the SRAM energy per bit), the staging every
   family does between memory and its compute units.
 
-Instruction issue, clock distribution, caches between SRAM and main memory (L2) and wires are not
-counted: no cost model produces those counts, so the dynamic energy is a lower bound of what the
-silicon spends.
+* while a matrix op runs, the matrix unit's lane activation: every MAC lane of the chip (its MACs
+  per clock at its default precision) for every clock of the op, busy or not, at
+  ``matrix_lane_cycle`` (AccelWattch's measured lane-activation power of a V100, per lane and clock).
+  Only matrix units issued one ``MxNxK`` instruction at a time (tensor cores, Ascend cubes: those
+  with a matrix instruction shape) pay it, the kind of unit AccelWattch measured; systolic arrays,
+  IPU AMP units and dataflow fabrics have no published figure and pay none.
+
+Instruction issue, caches between SRAM and main memory (L2), the operand networks and wires are not
+counted per action: no cost model produces those counts, so the dynamic energy is a lower bound of
+what the silicon spends.
 
 **Process-node scaling.** Logic and SRAM figures are given at the technology's ``reference_node``
-(45 nm). At node ``L`` an energy is ``E x L / L_ref`` (switched capacitance shrinks with feature
-size while the supply voltage, about 0.9 V at 45 nm, has stopped scaling; Horowitz ISSCC 2014), and
-an area is ``A x (L / L_ref)^2``. A chip whose process is not published is priced at ``default_node``.
+(45 nm). At node ``L`` an energy is ``E x P(L) / P(L_ref)`` (:func:`energy_scale`), ``P`` the
+node's contacted gate pitch (``gate_pitch``): switched capacitance shrinks with the physical
+dimensions of the cells and wires, while the supply voltage, about 0.9 V at 45 nm, has stopped
+scaling (Horowitz ISSCC 2014). Below about 20 nm a node's name is no longer a physical length (TSMC
+"12 nm" has 16 nm's 90 nm pitch; "4 nm" N5's 51 nm), so scaling by the name, as this model once
+did, priced a 4 nm MAC at a third of what its pitch implies. Between two nodes of the table the
+pitch is interpolated on log scales; above the largest node it grows in proportion to the name
+(the planar nodes, where name and pitch still scaled together); below the smallest it is held at
+the smallest node's pitch (3 nm and 2 nm are not in the table, so their energies are overstated
+by their pitch shrink, about 6%). An area is ``A x (L / L_ref)^2`` by the node's name. A chip whose
+process is not published is priced at ``default_node``.
 
 **Area.** The published die area where there is one; else, where the chip publishes its transistor
 count, that count at the die area per transistor of shipped dies of its node (whole dies: logic,
@@ -85,6 +100,34 @@ def process_nm(chip: ChipSpec, tech: EnergySpec) -> float:
     return chip.process if isinstance(chip.process, float) else tech.default_node
 
 
+def _log_interpolate(table: dict[float, float], node: float) -> float:
+    """``table``'s value at ``node`` (within its nodes), interpolated on log scales between two nodes."""
+    nodes = sorted(table)
+    below = max(n for n in nodes if n <= node)
+    above = min(n for n in nodes if n >= node)
+    if below == above:
+        return table[below]
+    weight = math.log(node / below) / math.log(above / below)
+    return float(table[below] * (table[above] / table[below]) ** weight)
+
+
+def gate_pitch_nm(node_nm: float, tech: EnergySpec) -> float:
+    """Contacted gate pitch (nm) of a process node, from ``tech.gate_pitch`` (see the module docstring).
+
+    Interpolated on log scales between two nodes of the table; above its largest node, in proportion
+    to the node's name; below its smallest, the smallest node's pitch.
+    """
+    nodes = sorted(tech.gate_pitch)
+    if node_nm > nodes[-1]:
+        return tech.gate_pitch[nodes[-1]] * node_nm / nodes[-1]
+    return _log_interpolate(tech.gate_pitch, max(node_nm, nodes[0]))
+
+
+def energy_scale(chip: ChipSpec, tech: EnergySpec) -> float:
+    """Logic and SRAM energy at ``chip``'s node over the reference node's: the ratio of their gate pitches."""
+    return gate_pitch_nm(process_nm(chip, tech), tech) / gate_pitch_nm(tech.reference_node, tech)
+
+
 def modelled_area_mm2(chip: ChipSpec, tech: EnergySpec) -> float:
     """Die area from MAC units and SRAM bitcells at the chip's node (a lower bound: no I/O, no wiring)."""
     area_scale = (process_nm(chip, tech) / tech.reference_node) ** 2
@@ -104,6 +147,8 @@ class ChipEnergy:
     """Register traffic of one MAC: :func:`operand_bits_per_mac` at the register energy per bit."""
     sram_bit_j: float
     dram_bit_j: float
+    matrix_active_w: float
+    """Lane activation of the whole matrix unit while it runs an op: lanes x clock x ``matrix_lane_cycle``."""
     area_mm2: float
     area_source: str
     """How ``area_mm2`` was found: ``published``, ``from transistors``, either ``, resized``, or ``modelled``."""
@@ -114,8 +159,8 @@ class ChipEnergy:
         """The cheapest arithmetic action: a lower bound of the energy of each FLOP pair."""
         return min(self.mac_j, self.vector_op_j)
 
-    def op_energy(self, matrix: bool, flops: int, dram_bytes: int) -> OpEnergy:
-        """Dynamic energy of one op from its counts (see the module docstring)."""
+    def op_energy(self, matrix: bool, flops: int, dram_bytes: int, seconds: float) -> OpEnergy:
+        """Dynamic energy of one op from its counts and its time at the nominal clock (module docstring)."""
         compute_j = flops / 2 * self.mac_j if matrix else flops * self.vector_op_j
         bits = dram_bytes * BITS_PER_BYTE
         return OpEnergy(
@@ -123,6 +168,7 @@ class ChipEnergy:
             register_j=flops / 2 * self.register_mac_j if matrix else 0.0,
             sram_j=SRAM_ACCESSES_PER_DRAM_BYTE * bits * self.sram_bit_j,
             dram_j=bits * self.dram_bit_j,
+            activation_j=self.matrix_active_w * seconds if matrix else 0.0,
         )
 
 
@@ -134,11 +180,13 @@ class OpEnergy:
     register_j: float
     sram_j: float
     dram_j: float
+    activation_j: float
+    """The matrix unit's lane activation over the op's time (0 for a vector op)."""
 
     @property
     def total_j(self) -> float:
         """All of it."""
-        return self.compute_j + self.register_j + self.sram_j + self.dram_j
+        return self.compute_j + self.register_j + self.sram_j + self.dram_j + self.activation_j
 
 
 def transistor_area_mm2(chip: ChipSpec, tech: EnergySpec) -> float | None:
@@ -153,13 +201,7 @@ def transistor_area_mm2(chip: ChipSpec, tech: EnergySpec) -> float | None:
         return None
     nodes = sorted(table)
     node = min(max(chip.process, nodes[0]), nodes[-1])
-    below = max(n for n in nodes if n <= node)
-    above = min(n for n in nodes if n >= node)
-    if below == above:
-        return float(chip.transistors * table[below])
-    weight = math.log(node / below) / math.log(above / below)
-    per_transistor = table[below] * (table[above] / table[below]) ** weight
-    return float(chip.transistors * per_transistor)
+    return float(chip.transistors * _log_interpolate(table, node))
 
 
 def _whole_die(chip: ChipSpec, tech: EnergySpec) -> tuple[float, str] | None:
@@ -198,19 +240,23 @@ def chip_energy(
     dram_bit_j: float,
     original: ChipSpec | None = None,
 ) -> ChipEnergy:
-    """Resolve ``chip``'s per-action energies at ``precision`` from ``tech`` (node-scaled).
+    """Resolve ``chip``'s per-action energies at ``precision`` from ``tech`` (scaled by :func:`energy_scale`).
 
     ``dram_bit_j`` is the ``energy_per_bit`` of the chip's main-memory technology (an interface
     figure, not scaled). ``original`` is the description ``chip`` varies, if any (see :func:`die_area`).
     """
-    energy_scale = process_nm(chip, tech) / tech.reference_node
+    scale = energy_scale(chip, tech)
     area, area_source = die_area(chip, tech, original)
+    # lane activation as AccelWattch measured it: matrix units issued an MxNxK instruction at a time
+    instructed = chip.section.matrix_instruction_shape() is not None
+    lanes = (chip.macs_per_clock(chip.default_precision) or 0) if instructed else 0
     return ChipEnergy(
-        mac_j=tech.mac[precision] * energy_scale,
-        vector_op_j=tech.vector_op[precision] * energy_scale,
-        register_mac_j=operand_bits_per_mac(chip, precision) * tech.register_read * energy_scale,
-        sram_bit_j=tech.sram_read * energy_scale,
+        mac_j=tech.mac[precision] * scale,
+        vector_op_j=tech.vector_op[precision] * scale,
+        register_mac_j=operand_bits_per_mac(chip, precision) * tech.register_read * scale,
+        sram_bit_j=tech.sram_read * scale,
         dram_bit_j=dram_bit_j,
+        matrix_active_w=lanes * chip.clock * tech.matrix_lane_cycle * scale,
         area_mm2=area,
         area_source=area_source,
         static_w=tech.static_power_density * area,

@@ -234,7 +234,8 @@ class RunResult:
     """``energy_per_sample_j`` over ``seq_len``, or itself when a sample is a token (``tokens/s``); None
     without a sequence length."""
     energy_breakdown_j: dict[str, float] = field(default_factory=dict, kw_only=True)
-    """``energy_j`` by where it went: ``compute``, ``sram``, ``dram``, ``link``, ``static``."""
+    """``energy_j`` by where it went: ``compute``, ``register``, ``sram``, ``dram``, ``activation``, ``link``,
+    ``static``."""
     power_w: float = field(default=0.0, kw_only=True)
     """Average power of one chip over the step (W)."""
     peak_power_w: float = field(default=0.0, kw_only=True)

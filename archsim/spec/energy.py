@@ -49,6 +49,12 @@ class EnergySpec(Spec):
     but not its area (see :func:`archsim.models.energy.die_area`)."""
     static_power_density: PowerDensity
     """Leakage and idle power of one mm^2 of die, whatever the node (static power = density x area)."""
+    gate_pitch: dict[Length, Length]
+    """Contacted gate pitch of each process node, by the node's name: the physical length that logic
+    and SRAM energies scale with (see :func:`archsim.models.energy.energy_scale`)."""
+    matrix_lane_cycle: Energy
+    """One MAC lane of the matrix unit for one clock while the unit runs an op, whether the lane does
+    a MAC or not (lane activation: clocking, operand staging and control), at the reference node."""
     sources: dict[str, str]
 
     @model_validator(mode="after")
@@ -57,4 +63,6 @@ class EnergySpec(Spec):
             missing = [p.value for p in Precision if p not in getattr(self, table)]
             if missing:
                 raise ValueError(f"{table}: needs every precision, missing {', '.join(missing)}")
+        if not self.gate_pitch:
+            raise ValueError("gate_pitch: needs at least one node")
         return self

@@ -122,9 +122,9 @@ def evaluate(group: Group) -> list[RunResult | None]:
     ok = np.ones(n, dtype=bool)
     energy = {
         name: np.array([getattr(x, name) for x in group.energies])
-        for name in ("mac_j", "vector_op_j", "register_mac_j", "sram_bit_j", "dram_bit_j")
+        for name in ("mac_j", "vector_op_j", "register_mac_j", "sram_bit_j", "dram_bit_j", "matrix_active_w")
     }
-    parts = {part: np.zeros(n) for part in ("compute", "register", "sram", "dram")}
+    parts = {part: np.zeros(n) for part in ("compute", "register", "sram", "dram", "activation")}
     by_bound = np.zeros((len(_BOUNDS), n))
     ends: list[Floats] = []
     unit_free: dict[Unit, Floats] = {}
@@ -175,11 +175,13 @@ def evaluate(group: Group) -> list[RunResult | None]:
             bits = dram * BITS_PER_BYTE
             sram_j = SRAM_ACCESSES_PER_DRAM_BYTE * bits * energy["sram_bit_j"]
             dram_j = bits * energy["dram_bit_j"]
+            activation_j = duration * energy["matrix_active_w"] if matrix else np.zeros(n)
             parts["compute"] += compute_j
             parts["register"] += register_j
             parts["sram"] += sram_j
             parts["dram"] += dram_j
-            durations.append((compute_j + register_j + sram_j + dram_j, duration))
+            parts["activation"] += activation_j
+            durations.append((compute_j + register_j + sram_j + dram_j + activation_j, duration))
     ops_time = np.zeros(n)
     for end in ends:
         ops_time = np.maximum(ops_time, end)

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from archsim import simulate
-from archsim.models.energy import chip_energy, process_nm
+from archsim.models.energy import chip_energy, energy_scale
 from archsim.results.power import with_energy
 from archsim.spec.library import Library
 
@@ -21,7 +21,7 @@ HBM2_BIT_J = LIBRARY.memory("hbm2").energy_per_bit or 0.0
 
 def _cheapest_mac_j(chip: str) -> float:
     """The smallest per-MAC energy of any precision at the chip's node."""
-    return min(TECH.mac.values()) * process_nm(LIBRARY.chip(chip), TECH) / TECH.reference_node
+    return min(TECH.mac.values()) * energy_scale(LIBRARY.chip(chip), TECH)
 
 
 @settings(max_examples=15, deadline=None)
@@ -51,8 +51,8 @@ def test_more_bytes_never_cost_less_energy(chip: str, matrix: bool, flops: int, 
     energy = chip_energy(
         spec, TECH, spec.default_precision, LIBRARY.memory(spec.memory.main.technology).energy_per_bit or 0.0
     )
-    base = energy.op_energy(matrix, flops, dram_bytes)
-    assert energy.op_energy(matrix, flops, dram_bytes + more).total_j >= base.total_j
+    base = energy.op_energy(matrix, flops, dram_bytes, 1e-3)
+    assert energy.op_energy(matrix, flops, dram_bytes + more, 1e-3).total_j >= base.total_j
     if matrix:
         assert base.compute_j >= flops / 2 * _cheapest_mac_j(chip) * (1 - 1e-12)
 

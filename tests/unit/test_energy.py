@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,8 @@ from archsim.cli import main
 from archsim.errors import SpecError
 from archsim.models.energy import (
     chip_energy,
+    energy_scale,
+    gate_pitch_nm,
     modelled_area_mm2,
     operand_bits_per_mac,
     throttle,
@@ -53,8 +56,9 @@ def test_energies_scale_with_the_node_and_memory_energy_does_not(library: Librar
     assert hbm2 is not None
     v100 = chip_energy(library.chip("v100"), tech, Precision.FP16, hbm2)
     h100 = chip_energy(library.chip("h100"), tech, Precision.FP16, hbm2)
-    assert v100.mac_j == pytest.approx(tech.mac[Precision.FP16] * 12 / 45)
-    assert h100.mac_j == pytest.approx(tech.mac[Precision.FP16] * 4 / 45)
+    # by contacted gate pitch, not by the node's name: TSMC 12 nm has a 90 nm pitch, 4N (N5) 51 nm, 45 nm 160 nm
+    assert v100.mac_j == pytest.approx(tech.mac[Precision.FP16] * 90 / 160)
+    assert h100.mac_j == pytest.approx(tech.mac[Precision.FP16] * 51 / 160)
     assert v100.dram_bit_j == h100.dram_bit_j == hbm2
     # a published die area is used as published, and static power follows it
     assert (v100.area_mm2, v100.area_source) == (815.0, "published")
@@ -101,7 +105,8 @@ def test_a_run_reports_energy_power_and_area_that_add_up(library: Library) -> No
     assert run.power_w == pytest.approx(run.energy_j / run.step_time_s)
     assert run.static_power_w < run.power_w <= run.peak_power_w
     dynamic = sum(layer.energy_j for layer in run.layers)
-    assert dynamic == pytest.approx(sum(run.energy_breakdown_j[p] for p in ("compute", "register", "sram", "dram")))
+    parts = ("compute", "register", "sram", "dram", "activation")
+    assert dynamic == pytest.approx(sum(run.energy_breakdown_j[p] for p in parts))
     assert run.normalized.per_watt == pytest.approx(run.throughput / run.power_w)
     assert run.normalized.per_watt_tdp == pytest.approx(run.throughput / 300.0)
     assert run.normalized.per_mm2 == pytest.approx(run.throughput / 815.0)
@@ -281,3 +286,43 @@ def test_a_die_without_a_published_area_is_estimated_from_its_transistors(librar
     doubled = replace_path(b200, "tensorcore.sm_count", 2 * b200.section_of(TensorCoreSection).sm_count)
     bigger = chip_energy(doubled, tech, Precision.FP16, 0.0, b200)
     assert bigger.area_source == "from transistors, resized" and bigger.area_mm2 > energy.area_mm2
+
+
+def test_logic_energy_scales_with_the_gate_pitch_of_the_node(library: Library) -> None:
+    tech = library.energy()
+    assert gate_pitch_nm(45.0, tech) == 160.0 and gate_pitch_nm(12.0, tech) == gate_pitch_nm(16.0, tech) == 90.0
+    # between two nodes on log scales, above the table with the name, below it held at the smallest node's pitch
+    assert gate_pitch_nm(10.0, tech) == pytest.approx(57.0 * (90.0 / 57.0) ** (math.log(10 / 7) / math.log(12 / 7)))
+    assert gate_pitch_nm(90.0, tech) == pytest.approx(320.0)
+    assert gate_pitch_nm(3.0, tech) == gate_pitch_nm(4.0, tech) == 51.0
+    pitches = [gate_pitch_nm(node, tech) for node in (3.0, 4.0, 5.0, 6.0, 7.0, 10.0, 12.0, 16.0, 28.0, 45.0, 65.0)]
+    assert pitches == sorted(pitches)
+    example = library.chip("systolic-32x32")  # process not published: priced at the reference node itself
+    assert energy_scale(example, tech) == 1.0
+    assert energy_scale(library.chip("a100-40gb"), tech) == pytest.approx(57.0 / 160.0)
+
+
+def test_lane_activation_is_paid_by_instruction_issued_matrix_units_while_they_run(library: Library) -> None:
+    tech = library.energy()
+    v100 = library.chip("v100")
+    energy = chip_energy(v100, tech, Precision.FP16, 0.0)
+    lanes = 80 * 8 * 64  # SMs x tensor cores x fp16 MACs per clock
+    assert energy.matrix_active_w == pytest.approx(lanes * v100.clock * tech.matrix_lane_cycle * 90 / 160)
+    # AccelWattch's 48.95 W at its 1447 MHz, at the V100's own 1530 MHz clock
+    assert energy.matrix_active_w == pytest.approx(48.95 * v100.clock / 1.447e9, rel=1e-3)
+    assert energy.op_energy(True, 0, 0, 2.0).activation_j == pytest.approx(2.0 * energy.matrix_active_w)
+    assert energy.op_energy(False, 10**9, 0, 2.0).activation_j == 0.0
+    for systolic in ("tpu-v4", "systolic-32x32", "gc200"):  # no published lane-activation figure
+        assert chip_energy(library.chip(systolic), tech, Precision.FP16, 0.0).matrix_active_w == 0.0
+    run = simulate("v100", "gemm:4096x4096x4096", library=library)
+    busy = sum(layer.end_s - layer.start_s for layer in run.layers if layer.unit == "matrix")
+    assert run.energy_breakdown_j["activation"] == pytest.approx(busy * energy.matrix_active_w)
+
+
+def test_a_dense_gemm_draws_the_tdp_of_the_tensor_core_gpus(library: Library) -> None:
+    # the acceptance of issue 17: within 15% of the TDP, or held at it by the DVFS throttle; a100-40gb/80gb
+    # (80% of 400 W) and p100 (25%: fp16 on CUDA cores, no tensor cores) fall short (README, "Energy, power and area")
+    for name in ("v100", "v100-32gb", "h100", "h100-pcie", "h200", "b200", "mi250x", "mi300x"):
+        run = simulate(name, "gemm:8192x8192x8192", library=library)
+        tdp = library.chip(name).tdp_w
+        assert tdp is not None and 0.85 * tdp <= run.power_w <= tdp * (1 + 1e-9), name
