@@ -45,14 +45,19 @@ def test_a_gemm_never_costs_less_than_its_macs_at_the_cheapest_mac(chip: str, m:
     flops=st.integers(0, 10**15),
     dram_bytes=st.integers(0, 10**12),
     more=st.integers(0, 10**12),
+    seconds=st.floats(0.0, 10.0),
+    longer=st.floats(0.0, 10.0),
 )
-def test_more_bytes_never_cost_less_energy(chip: str, matrix: bool, flops: int, dram_bytes: int, more: int) -> None:
+def test_more_bytes_or_a_longer_op_never_cost_less_energy(
+    chip: str, matrix: bool, flops: int, dram_bytes: int, more: int, seconds: float, longer: float
+) -> None:
     spec = LIBRARY.chip(chip)
     energy = chip_energy(
         spec, TECH, spec.default_precision, LIBRARY.memory(spec.memory.main.technology).energy_per_bit or 0.0
     )
-    base = energy.op_energy(matrix, flops, dram_bytes, 1e-3)
-    assert energy.op_energy(matrix, flops, dram_bytes + more, 1e-3).total_j >= base.total_j
+    base = energy.op_energy(matrix, flops, dram_bytes, seconds)
+    assert energy.op_energy(matrix, flops, dram_bytes + more, seconds).total_j >= base.total_j
+    assert energy.op_energy(matrix, flops, dram_bytes, seconds + longer).total_j >= base.total_j
     if matrix:
         assert base.compute_j >= flops / 2 * _cheapest_mac_j(chip) * (1 - 1e-12)
 
