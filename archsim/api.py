@@ -46,6 +46,8 @@ def simulate(
     prompt_len: int | None = None,
     gen_len: int | None = None,
     software: str | None = None,
+    tensor_parallel: int = 1,
+    sequence_parallel: bool = False,
 ) -> RunResult:
     """Replay ``workload`` on ``target`` and return the run's records.
 
@@ -87,5 +89,7 @@ def simulate(
         fusion=fusion,
         recompute=recompute,
         streaming_memory=streaming_memory,
+        tensor_parallel=tensor_parallel,
+        sequence_parallel=sequence_parallel,
     )
     return run(request, library or Library(search_path)).result

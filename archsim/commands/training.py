@@ -69,6 +69,8 @@ def extend_args(result: RunResult, args: argparse.Namespace) -> RunResult:
         "fusion": args.fusion,
         "recompute": args.recompute,
         "streaming_memory": args.streaming_memory,
+        "tensor_parallel": getattr(args, "tensor_parallel", 1),
+        "sequence_parallel": getattr(args, "sequence_parallel", False),
     }
     library = Library(args.lib)
     return extend(

@@ -126,7 +126,8 @@ def data_parallel_step(
 ) -> DataParallelOutcome:
     """One data-parallel step of ``ops``: compute ops on the chip, communication ops on the links.
 
-    ``costs`` are the compute ops' costs from the chip's model (None for a communication op). A
+    ``costs`` are the compute ops' costs from the chip's model (None for a communication op; an
+    in-stream one, tensor parallel, has its cost and runs as a compute op, in order with them). A
     communication op runs as ``options`` say unless ``plans`` holds a plan for its index. Plans see
     the links through their own protocol, so each runs on its own copy of the representative network;
     the communication stream runs one op at a time, so no two of them ever share a link, and what a
@@ -136,9 +137,9 @@ def data_parallel_step(
     env = simpy.Environment()
     net = RepNetwork(env, placement.fabric, observers)
     engine = CollectiveEngine(net, placement, options.chunk_bytes, launch_s=options.launch_s)
-    comms = [i for i, op in enumerate(ops) if op.comm is not None]
+    comms = [i for i, op in enumerate(ops) if op.comm is not None and not op.comm.in_stream]
     _check_comm(ops, comms, placement)
-    compute = [i for i, op in enumerate(ops) if op.comm is None]
+    compute = [i for i, op in enumerate(ops) if op.comm is None or op.comm.in_stream]
     position = {i: k for k, i in enumerate(compute)}
     done = {i: env.event() for i in comms}
     local: list[Op] = []
@@ -162,7 +163,7 @@ def data_parallel_step(
             return engine, options.algorithm
         if plan not in engines:
             copy = RepNetwork(env, plan.fabric, [_OnNetwork(net)])
-            placed = place(plan.fabric, placement.stages)
+            placed = place(plan.fabric, placement.stages, tensor_parallel=placement.tensor_parallel)
             engines[plan] = CollectiveEngine(copy, placed, plan.chunk_bytes, launch_s=plan.launch_s)
         return engines[plan], plan.algorithm
 
@@ -320,10 +321,13 @@ def pipeline_step(
     reduced = [env.event() for _ in range(stages)]
 
     def routes(sender: int, forward: bool) -> list[Route]:
-        tier = placement.tiers[0].tier
+        index = placement.send_tier(sender if forward else sender - 1)
+        groups = placement.tiers[index]
+        tier = groups.tier
         ring = Direction.PLUS if forward else Direction.MINUS
         direction = Direction.OUT if tier.kind is TierKind.POOLED else ring
-        return [net.route(0, [LaneId(f"chip{sender}", direction, i)]) for i in range(tier.lanes)]
+        own = tier.lanes if index == 0 else max(1, tier.lanes // groups.sharers)  # TP peers share a member's ports
+        return [net.route(index, [LaneId(f"chip{sender}", direction, i)]) for i in range(own)]
 
     def send(sender: int, receiver: int, mb: int, arrived: simpy.Event, what: str) -> simpy.events.ProcessGenerator:
         nbytes = work[min(sender, receiver)].send_bytes

@@ -212,6 +212,14 @@ class RunResult:
     prompt_len: int | None = field(default=None, kw_only=True)
     gen_len: int | None = field(default=None, kw_only=True)
     """Decode: tokens generated per sequence (the mean context and the KV cache follow from it)."""
+    tensor_parallel: int = field(default=1, kw_only=True)
+    """Chips that split each layer of a decoder model (Megatron-LM tensor parallelism; 1: none)."""
+    sequence_parallel: bool = field(default=False, kw_only=True)
+    """Sequence parallelism within the tensor-parallel group."""
+    mfu: float | None = field(default=None, kw_only=True)
+    """Model FLOPs utilization: the model's FLOPs of the step as Megatron-LM and PaLM count them
+    (:func:`archsim.workloads.decoder.matrix_flops`: matrix products only, no recomputation) over
+    ``step_time_s x num_chips x`` the chip's peak at the run's precision; None but for decoder models."""
     kv_cache_bytes: int = field(default=0, kw_only=True)
     """Bytes of the KV cache per chip, part of ``memory_bytes`` (prefill: the prompt's; decode: prompt
     and generated tokens)."""

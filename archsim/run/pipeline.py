@@ -16,6 +16,7 @@ from archsim.errors import UsageError
 from archsim.models.base import OpCost
 from archsim.run.context import RunOutput, SystemContext
 from archsim.run.system_result import system_result, timeline
+from archsim.run.tensor_parallel import TENSOR_PARALLEL_NOTE
 from archsim.workloads.memory import resident_bytes
 from archsim.workloads.pipeline import Stage, split_stages, stage_memory_bytes, sub_trace
 from archsim.workloads.trace import Mode, Op, Phase, Trace
@@ -24,7 +25,7 @@ from archsim.workloads.transforms import gradient_buckets
 
 def pipelined(context: SystemContext, trace: Trace, microbatches: int) -> RunOutput:
     """One step of ``microbatches`` microbatches of ``trace`` through the context's pipeline stages."""
-    if trace.has_comm:  # a Chakra ET's communication runs on the data-parallel path only
+    if trace.has_link_comm:  # a Chakra ET's communication runs on the data-parallel path only
         raise UsageError(trace.name, "--pipeline-stages", "a trace with communication ops runs data parallel only")
     train = trace.mode is Mode.TRAIN
     staged = stages_of(context, trace, microbatches)
@@ -47,7 +48,9 @@ def pipelined(context: SystemContext, trace: Trace, microbatches: int) -> RunOut
         forward = replay(sub_trace(trace, stage.forward, f"{trace.name}.s{stage.index}.fwd"), model, issue_s)
         backward = replay(sub_trace(trace, stage.backward, f"{trace.name}.s{stage.index}.bwd"), model, issue_s)
         update = model.cost(stage.update) if train and stage.update is not None else None
-        work.append(_stage_work(trace, stage, forward, backward, update, context.comm.bucket_bytes))
+        work.append(
+            _stage_work(trace, stage, forward, backward, update, context.comm.bucket_bytes, send_share(context))
+        )
         blocks.append((forward, backward, update))
     options = context.options
     placement, comm = context.placement, context.comm
@@ -99,6 +102,8 @@ def single_chip_step(context: SystemContext, trace: Trace, microbatches: int) ->
     the whole step in its memory (In-Processor Memory on IPUs, nothing in streaming memory). When
     one chip cannot, the reason why (a string) instead.
     """
+    if context.placement.tensor_parallel > 1:
+        return TENSOR_PARALLEL_NOTE
     unheld = memory_fit.one_chip_cannot_hold(context.chip, trace)
     if unheld is not None:
         return unheld
@@ -110,6 +115,17 @@ def single_chip_step(context: SystemContext, trace: Trace, microbatches: int) ->
     return microbatches * once + update + context.step_overhead_s
 
 
+def send_share(context: SystemContext) -> int:
+    """The part of a stage's boundary activations each tensor-parallel rank sends: 1 in ``T``.
+
+    Megatron-LM's scatter-gather of pipeline sends (Narayanan et al. 2021, section 4.1): each rank
+    sends its ``1/T`` slice and the next stage all-gathers it over the fast first tier (not priced).
+    With sequence parallelism the activations are already split, so each rank sends its own.
+    """
+    options = context.options.trace
+    return 1 if options.sequence_parallel else options.tensor_parallel
+
+
 def _stage_work(
     trace: Trace,
     stage: Stage,
@@ -117,6 +133,7 @@ def _stage_work(
     backward: list[OpTiming],
     update: OpCost | None,
     bucket_bytes: int,
+    share: int = 1,
 ) -> StageWork:
     """A stage's block durations, and its gradient buckets with their times within the backward block."""
     backward_ops = [trace.ops[i] for i in stage.backward]
@@ -127,7 +144,7 @@ def _stage_work(
         forward_s=max((t.end_s for t in forward), default=0.0),
         backward_s=max((t.end_s for t in backward), default=0.0),
         update_s=update.time_s if update is not None else 0.0,
-        send_bytes=stage.send_bytes,
+        send_bytes=stage.send_bytes // share,
         buckets=buckets,
     )
 

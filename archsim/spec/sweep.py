@@ -65,6 +65,8 @@ RUN_SETTINGS = (
     "time_to_train",
     "optimizer",
     "input_decode",
+    "tensor_parallel",
+    "sequence_parallel",
 )
 MAX_AXIS_VALUES = 100_000
 """Values one axis may take (a range that would produce more is refused)."""
@@ -103,6 +105,10 @@ class RunSettings(Spec):
     """Optimizer of the convergence data (None: the data's default)."""
     input_decode: Literal["host", "device"] | None = None
     """Feed each step from the system's input pipeline, decoding on the host or on the chips."""
+    tensor_parallel: Count = 1
+    """Chips that split each layer of a decoder model (a system target)."""
+    sequence_parallel: StrictBool = False
+    """Sequence parallelism within the tensor-parallel group."""
 
 
 class WorkloadEntry(Spec):

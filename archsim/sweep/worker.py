@@ -82,6 +82,10 @@ RESULT_COLUMNS = (
     "step_bound",
     "time_to_train_s",
     "epochs",
+    "tensor_parallel",
+    "sequence_parallel",
+    "mfu",
+    "tokens_per_s",
 )
 """The scalar fields of :class:`~archsim.results.records.RunResult`; ``normalized`` is flattened to
 ``throughput_per_*`` and ``time_by_bound`` to ``*_bound_s``; ``step_bound`` is the input pipeline's
