@@ -259,7 +259,10 @@ class RunResult:
         """``batch`` with what it is per: ``8 per chip``, or on a system ``512 per replica (4 pipeline chips)``."""
         if self.system is None:
             return f"{self.batch} per chip"
-        if self.pipeline_stages > 1:
+        if self.tensor_parallel > 1:
+            chips = self.pipeline_stages * self.tensor_parallel
+            scope = f"{self.batch} per replica ({chips} chips: {self.pipeline_stages} stages x {self.tensor_parallel})"
+        elif self.pipeline_stages > 1:
             scope = f"{self.batch} per replica ({self.pipeline_stages} pipeline chips)"
         else:
             scope = f"{self.batch} per chip"

@@ -51,9 +51,12 @@ def error_bar(result: RunResult) -> str:
 
 
 def generation_lines(result: RunResult) -> list[str]:
-    """Prefill and decode: time to first token or per output token, and the KV cache (none otherwise)."""
-    if result.tokens_per_s is None:
-        return []
+    """Prefill and decode: time to first token or per output token, and the KV cache; a decoder's MFU."""
+    mfu = [] if result.mfu is None else [f"model flops   {100 * result.mfu:.1f}% MFU (model FLOPs over peak)"]
+    if result.ttft_s is None and result.tpot_s is None:
+        if result.tokens_per_s is None:
+            return mfu
+        return [f"tokens        {result.tokens_per_s:.1f} tokens/s", *mfu]
     if result.ttft_s is not None:
         latency = f"time to first token {format_time(result.ttft_s)} (prompt of {result.prompt_len} tokens)"
     else:
@@ -62,7 +65,8 @@ def generation_lines(result: RunResult) -> list[str]:
             f"time per output token {format_time(result.tpot_s)} (prompt {result.prompt_len}, "
             f"{result.gen_len} generated: one step at the mean context)"
         )
-    return [f"generation    {latency}", f"kv cache      {format_bytes(result.kv_cache_bytes)} of the memory used"]
+    kv = f"kv cache      {format_bytes(result.kv_cache_bytes)} of the memory used"
+    return [f"generation    {latency}", kv, *mfu]
 
 
 def layer_table(result: RunResult) -> list[str]:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from archsim import simulate
@@ -169,3 +171,17 @@ def test_pipeline_stages_span_nodes(library: Library) -> None:
 def test_one_shard_per_degree_is_refused_before_any_trace(library: Library) -> None:
     with pytest.raises(UsageError, match="--tensor-parallel"):
         simulate("dgx-a100", "gpt3-125m", tensor_parallel=16, library=library)
+
+
+def test_tensor_parallel_is_a_sweep_axis(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    spec = tmp_path / "tp.yaml"
+    spec.write_text(
+        "schema_version: 1\nkind: sweep\nname: tp\ndescription: tensor parallel degrees\ntarget: [dgx-h100]\n"
+        "workloads: [gpt3-125m]\nsettings: {mode: infer, batch: 2, seq_len: 128}\n"
+        "grid:\n  run.tensor_parallel: [1, 2, 4]\n"
+    )
+    code, _, err = run_cli(capsys, "sweep", str(spec), "--out", str(tmp_path / "out"), "--no-progress", "--jobs", "1")
+    assert code == 0, err
+    rows = pd.read_parquet(tmp_path / "out" / "results.parquet").sort_values("run.tensor_parallel")
+    assert list(rows["tensor_parallel"]) == [1, 2, 4]
+    assert rows["mfu"].between(0, 1).all()
