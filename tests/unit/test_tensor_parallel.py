@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from archsim import simulate
+from archsim.collective_run import collective
 from archsim.errors import UsageError
 from archsim.models.placement import place
 from archsim.run.target import fabric_for
@@ -185,3 +186,19 @@ def test_tensor_parallel_is_a_sweep_axis(capsys: pytest.CaptureFixture[str], tmp
     rows = pd.read_parquet(tmp_path / "out" / "results.parquet").sort_values("run.tensor_parallel")
     assert list(rows["tensor_parallel"]) == [1, 2, 4]
     assert rows["mfu"].between(0, 1).all()
+
+
+def test_each_collective_takes_one_library_call_on_the_group(library: Library) -> None:
+    # T = 8 fills a DGX H100 node: its calls are exactly what `archsim collective dgx-h100` prices
+    result = simulate("dgx-h100", "llama2-7b", "prefill", 2, prompt_len=256, tensor_parallel=8, library=library)
+    layer = next(layer for layer in result.layers if layer.name == "layers.0.attn.o_proj.tp-all-reduce")
+    call = collective("dgx-h100", "all-reduce", [2 * 256 * 4096 * 2], library=library)[0]
+    assert layer.end_s - layer.start_s == pytest.approx(call.time_s, rel=1e-12)
+    assert layer.bound == "communication"
+
+
+def test_the_human_summary_names_the_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ("run", "dgx-a100", "gpt3-125m", "--mode", "train", "--tensor-parallel", "2", "--seq-len", "128")
+    code, out, err = run_cli(capsys, *argv, "--batch", "2")
+    assert code == 0, err
+    assert "tensor par.   2 chips per layer" in out and "% MFU" in out and "tokens/s" in out
