@@ -48,6 +48,7 @@ def simulate(
     software: str | None = None,
     tensor_parallel: int = 1,
     sequence_parallel: bool = False,
+    interleave: int = 1,
 ) -> RunResult:
     """Replay ``workload`` on ``target`` and return the run's records.
 
@@ -91,5 +92,6 @@ def simulate(
         streaming_memory=streaming_memory,
         tensor_parallel=tensor_parallel,
         sequence_parallel=sequence_parallel,
+        interleave=interleave,
     )
     return run(request, library or Library(search_path)).result

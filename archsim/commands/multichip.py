@@ -68,6 +68,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --tensor-parallel: norms and residual adds on 1/T of the tokens, reduce-scatter + all-gather",
     )
+    group.add_argument(
+        "--interleave",
+        type=positive_int,
+        default=1,
+        metavar="V",
+        help="model chunks per pipeline stage: interleaved 1F1B (default 1)",
+    )
 
 
 def simulate_args(args: argparse.Namespace) -> RunResult:
@@ -94,6 +101,7 @@ def simulate_args(args: argparse.Namespace) -> RunResult:
         streaming_memory=args.streaming_memory,
         tensor_parallel=args.tensor_parallel,
         sequence_parallel=args.sequence_parallel,
+        interleave=args.interleave,
     )
     output = run(request, Library(args.lib), record=args.timeline is not None)
     if args.timeline is not None:
@@ -129,7 +137,9 @@ def summary_lines(result: RunResult) -> list[str]:
         )
     if result.pipeline_stages > 1:
         lines.append(
-            f"pipeline      {result.schedule}, {result.microbatches} microbatches, bubble "
+            f"pipeline      {result.schedule}"
+            + (f" interleaved x{result.interleave}" if result.interleave > 1 else "")
+            + f", {result.microbatches} microbatches, bubble "
             f"{format_time(result.bubble_s)} per stage ({100 * result.bubble_fraction:.1f}% of the pipeline)"
         )
     elif result.microbatches > 1:

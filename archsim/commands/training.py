@@ -71,6 +71,7 @@ def extend_args(result: RunResult, args: argparse.Namespace) -> RunResult:
         "streaming_memory": args.streaming_memory,
         "tensor_parallel": getattr(args, "tensor_parallel", 1),
         "sequence_parallel": getattr(args, "sequence_parallel", False),
+        "interleave": getattr(args, "interleave", 1),
     }
     library = Library(args.lib)
     return extend(

@@ -61,13 +61,14 @@ class Placement:
     tensor_parallel: int = 1
     """Chips of one tensor-parallel group (consecutive chips of the first tier)."""
 
-    def send_tier(self, stage: int) -> int:
-        """The tier whose links carry stage ``stage``'s activations to stage ``stage + 1``.
+    def send_tier(self, stage: int, to: int | None = None) -> int:
+        """The tier whose links carry stage ``stage``'s activations to stage ``to`` (None: ``stage + 1``).
 
         The highest tier at which the two stages' chips (same tensor-parallel rank) sit in different
         members; 0 when both are on one member of the first tier.
         """
-        a, b = stage * self.tensor_parallel, (stage + 1) * self.tensor_parallel
+        other = stage + 1 if to is None else to
+        a, b = stage * self.tensor_parallel, other * self.tensor_parallel
         crossing = 0
         for index in range(len(self.tiers)):
             below = self.fabric.chips_below(index)

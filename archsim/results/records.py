@@ -212,6 +212,9 @@ class RunResult:
     prompt_len: int | None = field(default=None, kw_only=True)
     gen_len: int | None = field(default=None, kw_only=True)
     """Decode: tokens generated per sequence (the mean context and the KV cache follow from it)."""
+    interleave: int = field(default=1, kw_only=True)
+    """Model chunks per pipeline stage (interleaved 1F1B; 1: plain); layers' ``stage`` is then the
+    virtual stage ``k``, on chip ``k mod pipeline_stages``."""
     tensor_parallel: int = field(default=1, kw_only=True)
     """Chips that split each layer of a decoder model (Megatron-LM tensor parallelism; 1: none)."""
     sequence_parallel: bool = field(default=False, kw_only=True)

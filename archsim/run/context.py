@@ -55,6 +55,8 @@ class SystemOptions:
     """What an IPU may keep in streaming memory (:mod:`archsim.memory_fit`)."""
     software: SoftwareSpec | None = None
     """The stack that runs each chip's graph (None: the chip's default)."""
+    interleave: int = 1
+    """Model chunks per pipeline stage (interleaved 1F1B, :mod:`archsim.engine.schedules`)."""
 
     @classmethod
     def of(
@@ -72,6 +74,7 @@ class SystemOptions:
             trace=trace,
             streaming=streaming,
             software=software,
+            interleave=layout.interleave,
         )
 
 

@@ -8,6 +8,8 @@ activations, gradients and all-reduces between chips in the engine
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from archsim import memory_fit
 from archsim.engine.parallel import Schedule, StageWork, pipeline_step
 from archsim.engine.records import Block, BlockKind, LinkStatistics
@@ -28,23 +30,32 @@ def pipelined(context: SystemContext, trace: Trace, microbatches: int) -> RunOut
     if trace.has_link_comm:  # a Chakra ET's communication runs on the data-parallel path only
         raise UsageError(trace.name, "--pipeline-stages", "a trace with communication ops runs data parallel only")
     train = trace.mode is Mode.TRAIN
+    chips, chunks = context.options.pipeline_stages, context.options.interleave
+    if chunks > 1 and microbatches % chips:
+        fits = f"{chips * max(1, microbatches // chips)} or {chips * (microbatches // chips + 1)}"
+        problem = (
+            f"{microbatches} microbatches do not interleave over {chips} stages: a multiple of {chips} does ({fits})"
+        )
+        raise UsageError(trace.name, "--microbatches", problem)
     staged = stages_of(context, trace, microbatches)
     memory_fit.check_needs(
         context.chip,
         context.options.streaming,
         trace,
-        lambda t: [need for _, need in (staged if t is trace else stages_of(context, t, microbatches))],
+        lambda t: chip_needs(staged if t is trace else stages_of(context, t, microbatches), chips),
         context.rebuild,
         "--microbatches",
     )
     stages = [stage for stage, _ in staged]
+    needs = chip_needs(staged, chips)
+    shares = [sum(stage.parameter_fraction for stage in stages[d::chips]) for d in range(chips)]
     work: list[StageWork] = []
     blocks: list[tuple[list[OpTiming], list[OpTiming], OpCost | None]] = []
-    memory = 0
+    memory = max(need.bytes for need in needs)
     issue_s = context.issue_s
-    for stage, need in staged:
-        memory = max(memory, need.bytes)
-        model = context.model(trace, need.bytes, stage.parameter_fraction)
+    for stage, _ in staged:
+        chip = stage.index % chips
+        model = context.model(trace, needs[chip].bytes, shares[chip])
         forward = replay(sub_trace(trace, stage.forward, f"{trace.name}.s{stage.index}.fwd"), model, issue_s)
         backward = replay(sub_trace(trace, stage.backward, f"{trace.name}.s{stage.index}.bwd"), model, issue_s)
         update = model.cost(stage.update) if train and stage.update is not None else None
@@ -56,10 +67,13 @@ def pipelined(context: SystemContext, trace: Trace, microbatches: int) -> RunOut
     placement, comm = context.placement, context.comm
     statistics = LinkStatistics()
     observers = context.observers(statistics)
-    outcome = pipeline_step(work, placement, options.schedule, microbatches, train, comm, observers)
-    free = pipeline_step(work, placement, options.schedule, microbatches, train, comm, communicate=False)
-    entries, chip_spans = _pipeline_entries(trace, stages, blocks, outcome.tasks)
-    busy = [microbatches * (w.forward_s + w.backward_s) for w in work]
+    outcome = pipeline_step(work, placement, options.schedule, microbatches, train, comm, observers, chunks=chunks)
+    free = pipeline_step(work, placement, options.schedule, microbatches, train, comm, communicate=False, chunks=chunks)
+    entries, stage_spans = _pipeline_entries(trace, stages, blocks, outcome.tasks)
+    chip_spans = [
+        sorted((s for spans in stage_spans[d::chips] for s in spans), key=lambda s: s[1]) for d in range(chips)
+    ]
+    busy = [microbatches * sum(w.forward_s + w.backward_s for w in work[d::chips]) for d in range(chips)]
     flush = outcome.pipeline_end_s
     bubble_s = max(0.0, sum(flush - b for b in busy) / len(busy))  # no negative rounding residue
     result = system_result(
@@ -76,17 +90,42 @@ def pipelined(context: SystemContext, trace: Trace, microbatches: int) -> RunOut
         exposed_s=max(0.0, outcome.end_s - free.end_s),
         bubble=(bubble_s, bubble_s / flush if flush > 0 else 0.0),
     )
+    if chunks > 1:
+        result = replace(result, interleave=chunks)
     return RunOutput(result, timeline(context, chip_spans, outcome.comm))
 
 
+def chip_needs(staged: list[tuple[Stage, memory_fit.Need]], chips: int) -> list[memory_fit.Need]:
+    """What each chip of the pipeline holds: its stage's need, or the sum of its interleaved chunks'."""
+    if len(staged) == chips:
+        return [need for _, need in staged]
+    needs = []
+    for d in range(chips):
+        mine = [need for _, need in staged[d::chips]]
+        what = f"stage {d} with its {len(mine)} chunks' micro-batches in flight"
+        needs.append(memory_fit.Need(what, sum(n.bytes for n in mine), sum(n.update_only for n in mine)))
+    return needs
+
+
 def stages_of(context: SystemContext, trace: Trace, microbatches: int) -> list[tuple[Stage, memory_fit.Need]]:
-    """The stages of ``trace`` (balanced by time on one chip) and what each stage's chip holds."""
-    count = context.options.pipeline_stages
+    """The (virtual) stages of ``trace`` (balanced by time on one chip) and what each one's chip holds for it.
+
+    With ``V``-way interleaving there are ``P x V`` virtual stages, stage ``k`` on chip ``k mod P``; a
+    chip in its warm-up holds ``2 (P - d - 1) + (V - 1) P + 1`` chunk-microbatches, spread over its chunks.
+    """
+    chips, chunks = context.options.pipeline_stages, context.options.interleave
+    count = chips * chunks
     balance = context.model(trace, trace.memory_bytes // count, 1 / count)
     staged = []
     for stage in split_stages(trace, count, [balance.cost(op).time_s for op in trace.ops]):
         all_inflight = context.options.schedule is Schedule.GPIPE or trace.mode is not Mode.TRAIN
-        inflight = microbatches if all_inflight else min(microbatches, count - stage.index)
+        if all_inflight:
+            inflight = microbatches
+        elif chunks == 1:
+            inflight = min(microbatches, count - stage.index)
+        else:
+            warmup = 2 * (chips - stage.index % chips - 1) + (chunks - 1) * chips + 1
+            inflight = min(microbatches, -(-warmup // chunks))
         needed = stage_memory_bytes(trace, stage, inflight)
         plural = "es" if inflight > 1 else ""
         what = f"stage {stage.index} with {inflight} micro-batch{plural} of {trace.batch} in flight"

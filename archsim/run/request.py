@@ -93,6 +93,7 @@ class Layout:
     * ``tensor_parallel``: chips that split each layer of a decoder model (consecutive chips of the
       system's first tier; pipeline stages come next, data-parallel replicas last);
       ``sequence_parallel``: with it, norms and residual adds on ``1/T`` of the tokens.
+    * ``interleave``: model chunks per pipeline stage (interleaved 1F1B; 1: plain).
     """
 
     nodes: int | None = None
@@ -112,6 +113,8 @@ class Layout:
     """Chips that split each layer of a decoder model (Megatron-LM tensor parallelism)."""
     sequence_parallel: bool = False
     """Sequence parallelism within the tensor-parallel group (Korthikanti et al. 2022)."""
+    interleave: int = 1
+    """Model chunks per pipeline stage (interleaved 1F1B, Narayanan et al. 2021)."""
 
     @property
     def spreads(self) -> bool:
@@ -143,6 +146,7 @@ class Layout:
         overlap: bool = True,
         tensor_parallel: int = 1,
         sequence_parallel: bool = False,
+        interleave: int = 1,
     ) -> Layout:
         """A checked layout; ``collective`` ``auto`` is the system's default, as None is."""
         counts = (
@@ -167,6 +171,9 @@ class Layout:
             raise UsageError(
                 "", "--sequence-parallel", "splits a tensor-parallel group's tokens: give --tensor-parallel T"
             )
+        check_count(interleave, "--interleave")
+        if interleave > 1 and (pipeline_stages == 1 or choice(Schedule, schedule, "--schedule") is Schedule.GPIPE):
+            raise UsageError("", "--interleave", "interleaves the stages of a 1f1b pipeline: give --pipeline-stages P")
         return cls(
             nodes=nodes,
             pipeline_stages=pipeline_stages,
@@ -177,6 +184,7 @@ class Layout:
             overlap=bool(overlap),
             tensor_parallel=tensor_parallel,
             sequence_parallel=sequence_parallel,
+            interleave=interleave,
         )
 
 
@@ -244,6 +252,7 @@ class RunRequest:
         streaming_memory: str | StreamingMemory | None = StreamingMemory.NONE,
         tensor_parallel: int = 1,
         sequence_parallel: bool = False,
+        interleave: int = 1,
     ) -> RunRequest:
         """A checked request; strings become their enums (``mode="train"``).
 
@@ -275,6 +284,7 @@ class RunRequest:
             overlap,
             tensor_parallel,
             sequence_parallel,
+            interleave,
         )
         return cls(
             target=target,

@@ -67,6 +67,7 @@ RUN_SETTINGS = (
     "input_decode",
     "tensor_parallel",
     "sequence_parallel",
+    "interleave",
 )
 MAX_AXIS_VALUES = 100_000
 """Values one axis may take (a range that would produce more is refused)."""
@@ -109,6 +110,8 @@ class RunSettings(Spec):
     """Chips that split each layer of a decoder model (a system target)."""
     sequence_parallel: StrictBool = False
     """Sequence parallelism within the tensor-parallel group."""
+    interleave: Count = 1
+    """Model chunks per pipeline stage (interleaved 1F1B)."""
 
 
 class WorkloadEntry(Spec):
