@@ -46,6 +46,9 @@ def simulate(
     prompt_len: int | None = None,
     gen_len: int | None = None,
     software: str | None = None,
+    tensor_parallel: int = 1,
+    sequence_parallel: bool = False,
+    interleave: int = 1,
 ) -> RunResult:
     """Replay ``workload`` on ``target`` and return the run's records.
 
@@ -88,5 +91,8 @@ def simulate(
         fusion=fusion,
         recompute=recompute,
         streaming_memory=streaming_memory,
+        tensor_parallel=tensor_parallel,
+        sequence_parallel=sequence_parallel,
+        interleave=interleave,
     )
     return run(request, library or Library(search_path)).result

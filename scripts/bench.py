@@ -184,6 +184,31 @@ SYSTEM_CASES = [
     ("1024 TPUv3: tpu-v3-pod rn50", ["run", "tpu-v3-pod", "resnet50", "--mode", "train", "--json"]),
     ("1024 H100: dgx-h100 x128 rn50", ["run", "dgx-h100", "resnet50", "--mode", "train", "--nodes", "128", "--json"]),
     ("8 V100: dgx1 rn50 b192", ["run", "dgx1", "resnet50", "--mode", "train", "--batch", "192", "--json"]),
+    # GPT-3 175B on 1,024 A100: TP 8 in each DGX, PP 8 across nodes, DP 16, global batch 1536 (budget: 10 s, 2 GB)
+    (
+        "1024 A100: gpt3-175b tp8 pp8 dp16",
+        [
+            "run",
+            "dgx-a100",
+            "gpt3-175b",
+            "--mode",
+            "train",
+            "--nodes",
+            "128",
+            "--tensor-parallel",
+            "8",
+            "--pipeline-stages",
+            "8",
+            "--batch",
+            "96",
+            "--microbatches",
+            "96",
+            "--seq-len",
+            "2048",
+            "--recompute",
+            "--json",
+        ],
+    ),
 ]
 
 

@@ -56,6 +56,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--timeline", default=None, metavar="FILE", help="write a Chrome/Perfetto trace-event JSON of the step"
     )
+    group.add_argument(
+        "--tensor-parallel",
+        type=positive_int,
+        default=1,
+        metavar="T",
+        help="chips that split each layer of a decoder model (Megatron-LM; default 1)",
+    )
+    group.add_argument(
+        "--sequence-parallel",
+        action="store_true",
+        help="with --tensor-parallel: norms and residual adds on 1/T of the tokens, reduce-scatter + all-gather",
+    )
+    group.add_argument(
+        "--interleave",
+        type=positive_int,
+        default=1,
+        metavar="V",
+        help="model chunks per pipeline stage: interleaved 1F1B (default 1)",
+    )
 
 
 def simulate_args(args: argparse.Namespace) -> RunResult:
@@ -80,6 +99,9 @@ def simulate_args(args: argparse.Namespace) -> RunResult:
         fusion=args.fusion,
         recompute=args.recompute,
         streaming_memory=args.streaming_memory,
+        tensor_parallel=args.tensor_parallel,
+        sequence_parallel=args.sequence_parallel,
+        interleave=args.interleave,
     )
     output = run(request, Library(args.lib), record=args.timeline is not None)
     if args.timeline is not None:
@@ -108,9 +130,16 @@ def summary_lines(result: RunResult) -> list[str]:
         f"communication {format_time(result.comm_s)} in flight, {format_time(result.exposed_comm_s)} exposed"
         + (f" ({result.collective} all-reduce)" if result.collective else ""),
     ]
+    if result.tensor_parallel > 1:
+        lines.append(
+            f"tensor par.   {result.tensor_parallel} chips per layer"
+            + (", sequence parallel" if result.sequence_parallel else "")
+        )
     if result.pipeline_stages > 1:
         lines.append(
-            f"pipeline      {result.schedule}, {result.microbatches} microbatches, bubble "
+            f"pipeline      {result.schedule}"
+            + (f" interleaved x{result.interleave}" if result.interleave > 1 else "")
+            + f", {result.microbatches} microbatches, bubble "
             f"{format_time(result.bubble_s)} per stage ({100 * result.bubble_fraction:.1f}% of the pipeline)"
         )
     elif result.microbatches > 1:

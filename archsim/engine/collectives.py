@@ -184,7 +184,10 @@ class CollectiveEngine(LaneMap):
                 per_tier.append(
                     self._stride_routes(t, stage)
                     if tier.kind is TierKind.RING
-                    else [self.net.route(t, [LaneId(f"chip{stage}", Direction.OUT, i)]) for i in range(tier.lanes)]
+                    else [
+                        self.net.route(t, [LaneId(f"chip{stage}", Direction.OUT, i)])
+                        for i in range(max(1, tier.lanes // groups.sharers))
+                    ]
                 )
                 continue
             member = groups.member_of(stage)

@@ -67,7 +67,8 @@ class LaneMap:
         tier = groups.tier
         lanes = tier.lanes * tier.directions
         if groups.stride > 1:  # the pipeline tier: each stage's chip is its own representative
-            return [(f"chip{stage}", list(range(lanes)), lanes)]
+            own = max(1, lanes // groups.sharers)  # its tensor-parallel peers in the member drive the others
+            return [(f"chip{stage}", list(range(own)), own)]
         member = groups.member_of(stage)
         stage_of = groups.member_stages[member]
         everyone = self.placement.active_chips(tier_index, member, collapsed, None)

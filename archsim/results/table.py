@@ -51,9 +51,12 @@ def error_bar(result: RunResult) -> str:
 
 
 def generation_lines(result: RunResult) -> list[str]:
-    """Prefill, decode, generate: time to first token or per output token, the KV cache (none otherwise)."""
-    if result.tokens_per_s is None:
-        return []
+    """Prefill, decode, generate: time to first token or per output token, the KV cache; a decoder's MFU."""
+    mfu = [] if result.mfu is None else [f"model flops   {100 * result.mfu:.1f}% MFU (model FLOPs over peak)"]
+    if result.ttft_s is None and result.tpot_s is None:
+        if result.tokens_per_s is None:
+            return mfu
+        return [f"tokens        {result.tokens_per_s:.1f} tokens/s", *mfu]
     if result.e2e_s is not None:
         assert result.ttft_s is not None
         assert result.tpot_s is not None
@@ -74,7 +77,7 @@ def generation_lines(result: RunResult) -> list[str]:
     cache = f"kv cache      {format_bytes(result.kv_cache_bytes)} of the memory used"
     if result.max_batch is not None:
         cache += f"; the largest batch that fits is {result.max_batch}"
-    return [f"generation    {latency}", cache]
+    return [f"generation    {latency}", cache, *mfu]
 
 
 def layer_table(result: RunResult) -> list[str]:

@@ -22,6 +22,7 @@ from archsim.models.placement import Placement
 from archsim.results.records import RunResult
 from archsim.results.timeline import Timeline
 from archsim.run.request import Layout
+from archsim.run.tensor_parallel import GroupCalls, StreamCommModel
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import StreamingMemory
 from archsim.spec.efficiency import Efficiency
@@ -54,6 +55,8 @@ class SystemOptions:
     """What an IPU may keep in streaming memory (:mod:`archsim.memory_fit`)."""
     software: SoftwareSpec | None = None
     """The stack that runs each chip's graph (None: the chip's default)."""
+    interleave: int = 1
+    """Model chunks per pipeline stage (interleaved 1F1B, :mod:`archsim.engine.schedules`)."""
 
     @classmethod
     def of(
@@ -71,6 +74,7 @@ class SystemOptions:
             trace=trace,
             streaming=streaming,
             software=software,
+            interleave=layout.interleave,
         )
 
 
@@ -101,6 +105,8 @@ class SystemContext:
     software: SoftwareSpec
     plan_comm: Callable[[CommOp], CommPlan | None]
     """How the collective library runs one of the trace's own collectives (a Chakra ET's)."""
+    group_calls: GroupCalls | None = None
+    """How long each tensor-parallel collective takes on its group (None: no tensor parallelism)."""
 
     @cached_property
     def resolved(self) -> FamilyEfficiency:
@@ -130,4 +136,5 @@ class SystemContext:
         """
         framework_s = framework_overhead_s(self.efficiency)
         footprint = resident_bytes(trace, needed, share)
-        return cost_model_for(self.chip, self.efficiency, trace.precision, footprint, framework_s)
+        model = cost_model_for(self.chip, self.efficiency, trace.precision, footprint, framework_s)
+        return model if self.group_calls is None else StreamCommModel(model, self.group_calls)

@@ -12,6 +12,7 @@ from archsim.engine.records import LinkStatistics
 from archsim.engine.replay import replay
 from archsim.run.context import RunOutput, SystemContext
 from archsim.run.system_result import system_result, timeline
+from archsim.run.tensor_parallel import TENSOR_PARALLEL_NOTE
 from archsim.workloads.trace import Trace
 from archsim.workloads.transforms import compute_only, with_gradient_all_reduces
 
@@ -28,7 +29,7 @@ def data_parallel(context: SystemContext, trace: Trace) -> RunOutput:
     statistics = LinkStatistics()
     outcome = data_parallel_step(
         step.ops,
-        [None if op.comm is not None else next(costs) for op in step.ops],
+        [None if op.comm is not None and not op.comm.in_stream else next(costs) for op in step.ops],
         model.separate_units,
         context.placement,
         context.comm,
@@ -45,7 +46,7 @@ def data_parallel(context: SystemContext, trace: Trace) -> RunOutput:
         entries,
         outcome.end_s,
         trace.memory_bytes,
-        single_end + context.step_overhead_s if compute.ops else "the trace has no compute op to run on one chip",
+        single_step(context, single_end, bool(compute.ops)),
         outcome.comm,
         statistics,
         exposed_s=max(0.0, outcome.end_s - single_end),
@@ -55,13 +56,20 @@ def data_parallel(context: SystemContext, trace: Trace) -> RunOutput:
     return RunOutput(result, timeline(context, spans, outcome.comm))
 
 
+def single_step(context: SystemContext, single_end: float, computes: bool) -> float | str:
+    """One chip's step time for the same batch (the reference of scaling), or why there is none."""
+    if context.placement.tensor_parallel > 1:
+        return TENSOR_PARALLEL_NOTE
+    return single_end + context.step_overhead_s if computes else "the trace has no compute op to run on one chip"
+
+
 def with_communication(context: SystemContext, trace: Trace) -> Trace:
     """The trace one replica runs, with its communication ops.
 
     A trace that brings its own (a Chakra ET) runs as it is; otherwise every replica all-reduces its
     gradient buckets over the data-parallel group (:func:`~archsim.workloads.transforms.with_gradient_all_reduces`).
     """
-    if trace.has_comm or context.placement.data_parallel == 1:
+    if trace.has_link_comm or context.placement.data_parallel == 1:
         return trace
     return with_gradient_all_reduces(trace, context.comm.bucket_bytes, context.comm.overlap)
 
@@ -70,5 +78,7 @@ def own_plans(context: SystemContext, trace: Trace, step: Trace) -> dict[int, Co
     """The library's plan for each collective ``trace`` brings itself (inserted all-reduces take the bucket's)."""
     if step is not trace:
         return {}
-    planned = {i: context.plan_comm(op.comm) for i, op in enumerate(step.ops) if op.comm is not None}
+    planned = {
+        i: context.plan_comm(op.comm) for i, op in enumerate(step.ops) if op.comm is not None and not op.comm.in_stream
+    }
     return {i: plan for i, plan in planned.items() if plan is not None}

@@ -90,6 +90,10 @@ class Layout:
     * ``schedule``: ``1f1b`` or ``gpipe``; ``collective``: ``ring``, ``tree``, ``hierarchical`` or
       ``torus`` (None or ``auto``: the system's); ``bucket_bytes``: gradient bucket size (25 MiB);
       ``overlap``: all-reduce buckets during the backward pass.
+    * ``tensor_parallel``: chips that split each layer of a decoder model (consecutive chips of the
+      system's first tier; pipeline stages come next, data-parallel replicas last);
+      ``sequence_parallel``: with it, norms and residual adds on ``1/T`` of the tokens.
+    * ``interleave``: model chunks per pipeline stage (interleaved 1F1B; 1: plain).
     """
 
     nodes: int | None = None
@@ -105,16 +109,29 @@ class Layout:
     """Gradient bucket size (PyTorch DDP's 25 MiB by default)."""
     overlap: bool = True
     """All-reduce buckets while the backward pass runs (False: after it)."""
+    tensor_parallel: int = 1
+    """Chips that split each layer of a decoder model (Megatron-LM tensor parallelism)."""
+    sequence_parallel: bool = False
+    """Sequence parallelism within the tensor-parallel group (Korthikanti et al. 2022)."""
+    interleave: int = 1
+    """Model chunks per pipeline stage (interleaved 1F1B, Narayanan et al. 2021)."""
 
     @property
     def spreads(self) -> bool:
         """True when the layout asks for more than one chip's run (it needs a system as the target)."""
-        return self.nodes is not None or self.pipeline_stages != 1 or self.microbatches is not None
+        return (
+            self.nodes is not None
+            or self.pipeline_stages != 1
+            or self.microbatches is not None
+            or self.tensor_parallel != 1
+        )
 
     def spreading_flag(self) -> str:
         """The first multi-chip flag the layout sets (for messages)."""
         if self.nodes is not None:
             return "--nodes"
+        if self.tensor_parallel != 1:
+            return "--tensor-parallel"
         return "--pipeline-stages" if self.pipeline_stages != 1 else "--microbatches"
 
     @classmethod
@@ -127,9 +144,17 @@ class Layout:
         collective: str | None = None,
         bucket_bytes: int | None = None,
         overlap: bool = True,
+        tensor_parallel: int = 1,
+        sequence_parallel: bool = False,
+        interleave: int = 1,
     ) -> Layout:
         """A checked layout; ``collective`` ``auto`` is the system's default, as None is."""
-        counts = (("--nodes", nodes), ("--pipeline-stages", pipeline_stages), ("--microbatches", microbatches))
+        counts = (
+            ("--nodes", nodes),
+            ("--pipeline-stages", pipeline_stages),
+            ("--microbatches", microbatches),
+            ("--tensor-parallel", tensor_parallel),
+        )
         for flag, value in counts:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise UsageError("", flag, f"must be a positive integer, got {value!r}")
@@ -139,6 +164,16 @@ class Layout:
             raise UsageError("", "--bucket-size", f"must be a positive number of bytes, got {bucket_bytes!r}")
         if nodes is not None and nodes > MAX_NODES:
             raise LimitError("", "--nodes", f"must be at most {MAX_NODES}")
+        check_count(tensor_parallel, "--tensor-parallel")
+        if not isinstance(sequence_parallel, bool):
+            raise UsageError("", "--sequence-parallel", f"must be true or false, got {sequence_parallel!r}")
+        if sequence_parallel and tensor_parallel == 1:
+            raise UsageError(
+                "", "--sequence-parallel", "splits a tensor-parallel group's tokens: give --tensor-parallel T"
+            )
+        check_count(interleave, "--interleave")
+        if interleave > 1 and (pipeline_stages == 1 or choice(Schedule, schedule, "--schedule") is Schedule.GPIPE):
+            raise UsageError("", "--interleave", "interleaves the stages of a 1f1b pipeline: give --pipeline-stages P")
         return cls(
             nodes=nodes,
             pipeline_stages=pipeline_stages,
@@ -147,6 +182,9 @@ class Layout:
             collective=None if collective == "auto" else collective,
             bucket_bytes=bucket_bytes or DEFAULT_BUCKET_BYTES,
             overlap=bool(overlap),
+            tensor_parallel=tensor_parallel,
+            sequence_parallel=sequence_parallel,
+            interleave=interleave,
         )
 
 
@@ -212,6 +250,9 @@ class RunRequest:
         fusion: str | Fusion | None = None,
         recompute: bool | None = None,
         streaming_memory: str | StreamingMemory | None = StreamingMemory.NONE,
+        tensor_parallel: int = 1,
+        sequence_parallel: bool = False,
+        interleave: int = 1,
     ) -> RunRequest:
         """A checked request; strings become their enums (``mode="train"``).
 
@@ -233,7 +274,18 @@ class RunRequest:
         explicit = check_name(software)
         trace_options(fusion, recompute, gen_len)
         streaming = choice(StreamingMemory, streaming_memory or StreamingMemory.NONE, "--streaming-memory")
-        layout = Layout.of(nodes, pipeline_stages, microbatches, schedule, collective, bucket_bytes, overlap)
+        layout = Layout.of(
+            nodes,
+            pipeline_stages,
+            microbatches,
+            schedule,
+            collective,
+            bucket_bytes,
+            overlap,
+            tensor_parallel,
+            sequence_parallel,
+            interleave,
+        )
         return cls(
             target=target,
             workload=workload,

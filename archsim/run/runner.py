@@ -108,9 +108,9 @@ def build(request: RunRequest, library: Library) -> BuiltRun:
     if target.system is None and layout.spreads:
         raise UsageError(request.target, layout.spreading_flag(), "needs a multi-chip system as the target, not a chip")
     pipelined = layout.pipeline_stages != 1 or layout.microbatches is not None
-    if target.system is not None and request.mode.is_generation and pipelined:
+    if target.system is not None and request.mode.is_generation and pipelined:  # tensor parallel it may
         flag = "--pipeline-stages" if layout.pipeline_stages != 1 else "--microbatches"
-        problem = "prefill and decode run data parallel only: pipelined generation is not modelled yet"
+        problem = "prefill and decode run tensor and data parallel only: pipelined generation is not modelled yet"
         raise UsageError(target.source, flag, problem)
     precision = chip.default_precision if request.precision is None else request.precision
     if precision not in chip.peak:
@@ -118,10 +118,14 @@ def build(request: RunRequest, library: Library) -> BuiltRun:
         raise UsageError(chip.name, "--precision", f"{precision.value} is not supported (supported: {supported})")
     stack = planned_software(library, chip, request.software, request.workload)
     trace_options = stack_options(stack, request.mode, precision, request.fusion, request.recompute, request.gen_len)
+    trace_options = replace(
+        trace_options, tensor_parallel=layout.tensor_parallel, sequence_parallel=layout.sequence_parallel
+    )
     named = stack if request.software is not None else None
     options = SystemOptions.of(layout, trace_options, request.streaming, named)
     if target.system is not None:  # a bad --pipeline-stages is refused before any trace is built
-        place(fabric_for(target.system, library, options.nodes, target.source), layout.pipeline_stages, target.source)
+        fabric = fabric_for(target.system, library, options.nodes, target.source)
+        place(fabric, layout.pipeline_stages, target.source, layout.tensor_parallel)
     seq_len = request.trace_seq_len
     rebuild = rebuilder(request.workload, library, request.mode, precision, seq_len, trace_options)
     microbatches: int | None = None

@@ -79,12 +79,12 @@ def timeline(context: SystemContext, per_stage: list[list[tuple[str, float, floa
         return Timeline()
     stages = len(per_stage)
     spans = [[TimelineSpan(n, s, e, c) for n, s, e, c in lanes] for lanes in per_stage]
-    chips = context.fabric.num_chips
-    if chips <= MIRRORED_CHIPS:
-        chip_lanes = [(f"chip {i} (stage {i % stages})", spans[i % stages]) for i in range(chips)]
+    chips, t = context.fabric.num_chips, context.placement.tensor_parallel
+    if chips <= MIRRORED_CHIPS:  # chip i runs stage (i // T) mod P
+        chip_lanes = [(f"chip {i} (stage {i // t % stages})", spans[i // t % stages]) for i in range(chips)]
     else:
         each = chips // stages
-        chip_lanes = [(f"chip {s} (stage {s}, stands for {each} chips)", spans[s]) for s in range(stages)]
+        chip_lanes = [(f"chip {s * t} (stage {s}, stands for {each} chips)", spans[s]) for s in range(stages)]
     link_lanes = [
         (
             f"{lane.name} [{lane.tier.link}]",

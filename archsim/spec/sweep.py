@@ -67,6 +67,9 @@ RUN_SETTINGS = (
     "input_decode",
     "prompt_len",
     "gen_len",
+    "tensor_parallel",
+    "sequence_parallel",
+    "interleave",
 )
 MAX_AXIS_VALUES = 100_000
 """Values one axis may take (a range that would produce more is refused)."""
@@ -109,6 +112,12 @@ class RunSettings(Spec):
     """Prompt tokens per sequence of the text-generation modes (None: 128)."""
     gen_len: Count | None = None
     """Tokens generated per sequence of ``decode`` and ``generate`` (None: 128)."""
+    tensor_parallel: Count = 1
+    """Chips that split each layer of a decoder model (a system target)."""
+    sequence_parallel: StrictBool = False
+    """Sequence parallelism within the tensor-parallel group."""
+    interleave: Count = 1
+    """Model chunks per pipeline stage (interleaved 1F1B)."""
 
 
 class WorkloadEntry(Spec):

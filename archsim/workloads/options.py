@@ -27,6 +27,12 @@ class TraceOptions:
     gen_len: int | None = field(default=None, kw_only=True)
     """``decode`` runs only: tokens generated per sequence after the prompt (None: the default,
     :data:`archsim.workloads.decoder.DEFAULT_GEN_LEN`); sets the KV cache and the mean context."""
+    tensor_parallel: int = field(default=1, kw_only=True)
+    """Chips that split each layer of a decoder model (Megatron-LM's tensor parallelism,
+    :mod:`archsim.workloads.tensor_parallel`); the trace is one of them."""
+    sequence_parallel: bool = field(default=False, kw_only=True)
+    """With tensor parallelism, norms, dropouts and residual adds run on ``1/T`` of the tokens and
+    each all-reduce is a reduce-scatter plus an all-gather (Korthikanti et al. 2022)."""
 
     @property
     def is_default(self) -> bool:
