@@ -27,14 +27,13 @@ for it. Link statistics and timelines attach to that network as observers (``obs
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-
-import simpy
+from typing import TYPE_CHECKING
 
 from archsim.engine.collectives import DEFAULT_CHUNK_BYTES, Collective, CollectiveEngine, check_flat_ring_budget
 from archsim.engine.network import Direction, Lane, LaneId, LinkObserver, RepNetwork, Route
+from archsim.engine.options import Schedule as Schedule  # re-exported: pipeline_step's schedules
 from archsim.engine.records import Block, BlockKind, CollectiveRecord
 from archsim.engine.replay import OpTiming, schedule_ops
 from archsim.errors import UsageError
@@ -45,15 +44,11 @@ from archsim.spec.system import Algorithm
 from archsim.workloads.trace import CommGroup, CommKind, Op
 from archsim.workloads.transforms import DEFAULT_BUCKET_BYTES
 
+if TYPE_CHECKING:
+    import simpy
+
 COLLECTIVES = frozenset(c.value for c in Collective)
 """The communication kinds the collective engine runs (by their names)."""
-
-
-class Schedule(enum.StrEnum):
-    """Pipeline schedules."""
-
-    GPIPE = "gpipe"
-    ONE_F_ONE_B = "1f1b"
 
 
 @dataclass(frozen=True)
@@ -133,6 +128,8 @@ def data_parallel_step(
     copy's lane carries is reported to ``observers`` as the representative network's lane of the same
     tier and place (statistics, a timeline). The outcome's timings are the compute ops', in trace order.
     """
+    import simpy  # loaded only where SimPy runs (a one-chip run never does)
+
     env = simpy.Environment()
     net = RepNetwork(env, placement.fabric, observers)
     engine = CollectiveEngine(net, placement, options.chunk_bytes, launch_s=options.launch_s)
@@ -307,6 +304,8 @@ def pipeline_step(
 
     ``observers`` are told of every transfer on a link (statistics, a timeline).
     """
+    import simpy  # loaded only where SimPy runs (a one-chip run never does)
+
     env = simpy.Environment()
     net = RepNetwork(env, placement.fabric, observers)
     engine = CollectiveEngine(net, placement, options.chunk_bytes, launch_s=options.launch_s)
