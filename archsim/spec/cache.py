@@ -258,9 +258,9 @@ def _path_signature() -> list[list[Any]]:
     signature: list[list[Any]] = []
     for entry in sys.path:
         try:
-            signature.append([entry, os.stat(entry or ".").st_mtime_ns])
-        except (OSError, ValueError):
-            signature.append([entry, None])
+            signature.append([str(entry), os.stat(entry or ".").st_mtime_ns])
+        except (OSError, ValueError, TypeError):  # missing, unreadable, or not a file name at all
+            signature.append([str(entry), None])
     return signature
 
 
