@@ -196,8 +196,15 @@ MULTI_CHIP = {
 }
 """What only a multi-chip system's run needs: SimPy, the collective engine, the fabric and its description."""
 
-OTHER_FAMILIES = {"archsim.models.ipu", "archsim.models.cube", "archsim.models.systolic", "archsim.models.dataflow"}
-"""The built-in families a V100 (a tensor-core chip) does not use: imported when every family is listed."""
+OTHER_FAMILIES = {
+    "archsim.models.ipu",
+    "archsim.models.cube",
+    "archsim.models.systolic",
+    "archsim.models.systolic_layer",
+    "archsim.models.dataflow",
+}
+"""The built-in families a V100 (a tensor-core chip) does not use, imported when every family is listed,
+and the systolic array model, which ``archsim run`` imports for SCALE-Sim files only."""
 
 
 def test_a_one_chip_run_loads_neither_simpy_nor_the_multi_chip_engine(tmp_path: Path) -> None:
