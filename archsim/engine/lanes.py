@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
-import simpy
+from typing import TYPE_CHECKING
 
 from archsim.engine.network import Direction, LaneId, RepNetwork, Route, send
+from archsim.engine.options import DEFAULT_CHUNK_BYTES
 from archsim.models.interconnect import TierKind
 from archsim.models.placement import Placement
 
-DEFAULT_CHUNK_BYTES = 512 * 2**10
-"""Pipelining chunk (512 KiB, the slot size of NCCL's default 4 MiB buffer over its 8 steps)."""
+if TYPE_CHECKING:
+    import simpy
+
 MAX_CHUNKS = 16
 """Most chunks a ring step is cut into; larger steps use larger chunks (bounds the event count)."""
 

@@ -29,14 +29,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-
-import simpy
+from typing import TYPE_CHECKING
 
 from archsim.engine.collectives import DEFAULT_CHUNK_BYTES, Collective, CollectiveEngine, check_flat_ring_budget
 from archsim.engine.network import Direction, Lane, LaneId, LinkObserver, RepNetwork, Route
+from archsim.engine.options import Schedule as Schedule  # re-exported: its home was here
 from archsim.engine.records import Block, BlockKind, CollectiveRecord
 from archsim.engine.replay import OpTiming, schedule_ops
-from archsim.engine.schedules import Schedule as Schedule  # re-exported: its home was here
 from archsim.engine.schedules import interleaved_order
 from archsim.engine.schedules import stage_order as stage_order
 from archsim.errors import UsageError
@@ -46,6 +45,9 @@ from archsim.models.placement import Placement, place
 from archsim.spec.system import Algorithm
 from archsim.workloads.trace import CommGroup, CommKind, Op
 from archsim.workloads.transforms import DEFAULT_BUCKET_BYTES
+
+if TYPE_CHECKING:
+    import simpy
 
 COLLECTIVES = frozenset(c.value for c in Collective)
 """The communication kinds the collective engine runs (by their names)."""
@@ -129,6 +131,8 @@ def data_parallel_step(
     copy's lane carries is reported to ``observers`` as the representative network's lane of the same
     tier and place (statistics, a timeline). The outcome's timings are the compute ops', in trace order.
     """
+    import simpy  # loaded only where SimPy runs (a one-chip run never does)
+
     env = simpy.Environment()
     net = RepNetwork(env, placement.fabric, observers)
     engine = CollectiveEngine(net, placement, options.chunk_bytes, launch_s=options.launch_s)
@@ -290,6 +294,8 @@ def pipeline_step(
     (:mod:`archsim.engine.interleave`): virtual stage ``k`` runs on chip ``k mod chips``; blocks name
     their virtual stage.
     """
+    import simpy  # loaded only where SimPy runs (a one-chip run never does)
+
     env = simpy.Environment()
     net = RepNetwork(env, placement.fabric, observers)
     engine = CollectiveEngine(net, placement, options.chunk_bytes, launch_s=options.launch_s)

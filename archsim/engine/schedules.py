@@ -17,16 +17,8 @@ the forwards of one group on chunk 0, then on chunk 1, and so on; its warm-up is
 
 from __future__ import annotations
 
-import enum
-
+from archsim.engine.options import Schedule
 from archsim.engine.records import BlockKind
-
-
-class Schedule(enum.StrEnum):
-    """Pipeline schedules."""
-
-    GPIPE = "gpipe"
-    ONE_F_ONE_B = "1f1b"
 
 
 def stage_order(

@@ -10,15 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
-from archsim.engine.collectives import DEFAULT_CHUNK_BYTES
-from archsim.engine.network import LinkObserver
-from archsim.engine.parallel import CommOptions, CommPlan, Schedule
+from archsim.engine.options import DEFAULT_CHUNK_BYTES, Schedule
 from archsim.engine.records import LinkSpans, LinkStatistics
 from archsim.models import cost_model_for
 from archsim.models.base import CostModel, framework_overhead_s
-from archsim.models.interconnect import Fabric
-from archsim.models.placement import Placement
 from archsim.results.records import RunResult
 from archsim.results.timeline import Timeline
 from archsim.run.request import Layout
@@ -28,11 +25,17 @@ from archsim.spec.common import StreamingMemory
 from archsim.spec.efficiency import Efficiency
 from archsim.spec.registry import FamilyEfficiency
 from archsim.spec.software import SoftwareSpec
-from archsim.spec.system import SystemSpec
 from archsim.workloads.memory import resident_bytes
 from archsim.workloads.options import TraceOptions
 from archsim.workloads.trace import CommOp, Mode, Trace
 from archsim.workloads.transforms import DEFAULT_BUCKET_BYTES
+
+if TYPE_CHECKING:  # the multi-chip engine's types: a one-chip run never loads those modules
+    from archsim.engine.network import LinkObserver
+    from archsim.engine.parallel import CommOptions, CommPlan
+    from archsim.models.interconnect import Fabric
+    from archsim.models.placement import Placement
+    from archsim.spec.system import SystemSpec
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from archsim.engine.parallel import Schedule
+from archsim.engine.options import Schedule
 from archsim.errors import LimitError, UsageError
 from archsim.limits import MAX_ARGUMENT
 from archsim.spec.common import Fusion, Precision, StreamingMemory

@@ -17,13 +17,11 @@ from dataclasses import dataclass, replace
 from archsim import memory_fit
 from archsim.errors import UsageError
 from archsim.limits import check_trace_ops
-from archsim.models.placement import place
 from archsim.results.timeline import Timeline, TimelineSpan
 from archsim.run import generation
 from archsim.run.chip import replay_on_chip
 from archsim.run.context import RunOutput, SystemOptions
 from archsim.run.request import RunRequest
-from archsim.run.system import replay_on_system
 from archsim.run.target import Target, fabric_for, resolve
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Precision, StreamingMemory
@@ -124,6 +122,8 @@ def build(request: RunRequest, library: Library) -> BuiltRun:
     named = stack if request.software is not None else None
     options = SystemOptions.of(layout, trace_options, request.streaming, named)
     if target.system is not None:  # a bad --pipeline-stages is refused before any trace is built
+        from archsim.models.placement import place  # the multi-chip modules: not loaded for one chip
+
         fabric = fabric_for(target.system, library, options.nodes, target.source)
         place(fabric, layout.pipeline_stages, target.source, layout.tensor_parallel)
     seq_len = request.trace_seq_len
@@ -187,6 +187,8 @@ def replay_built(
             return RunOutput(result)
         spans = [TimelineSpan(layer.name, layer.start_s, layer.end_s, layer.phase) for layer in result.layers]
         return RunOutput(result, Timeline([(f"chip 0 ({result.target})", spans)]))
+    from archsim.run.system import replay_on_system  # SimPy and the fabric models: not loaded for one chip
+
     options = replace(built.options, software=stack)
     return replay_on_system(
         built.target,

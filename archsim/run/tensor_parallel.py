@@ -17,14 +17,16 @@ when both are busy at once (Megatron runs data-parallel all-reduces after the ba
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
-from archsim.collective_run import call_time_s
 from archsim.models.base import Bound, CostModel, OpCost, Unit
-from archsim.models.interconnect import Fabric
 from archsim.spec.chip import ChipSpec
-from archsim.spec.collective_library import CollectiveLibrarySpec
 from archsim.spec.common import Precision
 from archsim.workloads.trace import Op
+
+if TYPE_CHECKING:  # the multi-chip modules: a one-chip run never loads them
+    from archsim.models.interconnect import Fabric
+    from archsim.spec.collective_library import CollectiveLibrarySpec
 
 TENSOR_PARALLEL_NOTE = "each chip runs a tensor-parallel shard: no one chip runs the whole model"
 """Why a tensor-parallel run has no one-chip reference (``scaling_note``)."""
@@ -51,6 +53,8 @@ class GroupCalls:
         """One call's seconds (launch latency included)."""
         key = (collective, nbytes)
         if key not in self.seconds:
+            from archsim.collective_run import call_time_s
+
             self.seconds[key] = call_time_s(self.fabric, self.library, collective, nbytes, None, self.source)[0]
         return self.seconds[key]
 
