@@ -16,8 +16,8 @@ of size ``d`` (``A/G`` query heads share one K and V: grouped-query attention), 
 
 Ops per layer ``layers.{i}`` (pre-norm): norm, fused QKV projection (``n = (A + 2G) d``), rotary
 embedding of Q and K (``positions: rotary``), scores ``Q K^T`` (Gemm ``batch = B G, m = (A/G) q,
-n = c, k = d``), scale + causal mask, softmax, [dropout], context ``P V`` (``batch = B G, m = (A/G) q,
-n = d, k = c``), output projection, [dropout], residual add, norm, feed-forward, [dropout], residual
+n = c, k = d``), scale + causal mask, softmax, [dropout of the probabilities], context ``P V``
+(``batch = B G, m = (A/G) q, n = d, k = c``), output projection, [dropout], residual add, norm, feed-forward, [dropout], residual
 add. The feed-forward is ``up -> GELU -> down`` or SwiGLU's fused ``gate|up -> SiLU(gate) * up ->
 down``; with ``moe`` a router (``n = E``), softmax and top-k, a dispatch of each token to its ``k``
 experts' buffers, the experts' FFNs as batched products over the ``E`` experts (``m`` = tokens per
@@ -190,7 +190,7 @@ class _Decoder:
         g.elementwise(
             f"{prefix}.softmax", "softmax", (masked,), probs, scores_n, saved=(probs.name,), kind=OpKind.SOFTMAX
         )
-        probs = self.dropout(f"{prefix}.dropout", probs)
+        probs = self.dropout(f"{prefix}.probs_dropout", probs)  # apart from the sublayer's {prefix}.dropout
         context = g.act(f"{prefix}.context.out", tokens * heads * d)
         g.matmul(f"{prefix}.context", Gemm(b * kv, group * self.q, d, c), (probs, v), context)
         return self.linear(f"{prefix}.o_proj", context, tokens, cfg.hidden, heads * d)
