@@ -33,7 +33,8 @@ from archsim.errors import CapacityError
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import StreamingMemory
 from archsim.units import format_bytes
-from archsim.workloads.memory import update_only_bytes
+from archsim.workloads.memory import trace_recompute, update_only_bytes
+from archsim.workloads.options import Recompute
 from archsim.workloads.trace import Mode, Trace
 
 ONCHIP_NAME = "In-Processor Memory"
@@ -152,7 +153,7 @@ def check_needs(
     streaming: StreamingMemory,
     trace: Trace,
     needs_of: Callable[[Trace], list[Need]],
-    rebuild: Callable[[int, bool], Trace] | None,
+    rebuild: Callable[[int, Recompute], Trace] | None,
     field: str = "--batch",
 ) -> None:
     """Refuse (one line, :class:`~archsim.errors.CapacityError`) a step one of whose chips does not fit.
@@ -171,7 +172,7 @@ def check_needs(
     if not failing:
         return
     worst = max(failing, key=lambda n: held_bytes(chip, streaming, n.bytes, n.update_only))
-    recompute = trace.meta.get("recompute") == "true"
+    recompute = trace_recompute(trace)
     unit = "batch" if field == "--batch" else "micro-batch"
     remedies: list[str] = []
     if rebuild is None:
@@ -179,7 +180,8 @@ def check_needs(
     else:
         size = largest_fitting(lambda b: all_fit(rebuild(b, recompute), streaming), trace.batch)
         largest = f"the largest {unit} that fits is {size}" if size else f"not even a {unit} of 1 fits"
-        if trace.mode is Mode.TRAIN and not recompute and all_fit(rebuild(trace.batch, True), streaming):
+        full = Recompute.FULL
+        if trace.mode is Mode.TRAIN and recompute is not full and all_fit(rebuild(trace.batch, full), streaming):
             remedies.append("--recompute")
     order = list(StreamingMemory)
     if has_streaming_memory(chip):

@@ -29,7 +29,7 @@ from archsim.spec.registry import FamilyEfficiency
 from archsim.spec.software import SoftwareSpec
 from archsim.spec.system import SystemSpec
 from archsim.workloads.memory import resident_bytes
-from archsim.workloads.options import TraceOptions
+from archsim.workloads.options import Recompute, TraceOptions
 from archsim.workloads.trace import CommOp, Mode, Trace
 from archsim.workloads.transforms import DEFAULT_BUCKET_BYTES
 
@@ -54,6 +54,8 @@ class SystemOptions:
     """What an IPU may keep in streaming memory (:mod:`archsim.memory_fit`)."""
     software: SoftwareSpec | None = None
     """The stack that runs each chip's graph (None: the chip's default)."""
+    zero: int = 0
+    """ZeRO stage of a data-parallel training step (:mod:`archsim.workloads.zero`)."""
 
     @classmethod
     def of(
@@ -71,6 +73,7 @@ class SystemOptions:
             trace=trace,
             streaming=streaming,
             software=software,
+            zero=layout.zero,
         )
 
 
@@ -97,7 +100,7 @@ class SystemContext:
     spans: LinkSpans | None
     """The timeline's link observer when the run is recorded (None: not recorded)."""
     mode: Mode
-    rebuild: Callable[[int, bool], Trace] | None
+    rebuild: Callable[[int, Recompute], Trace] | None
     software: SoftwareSpec
     plan_comm: Callable[[CommOp], CommPlan | None]
     """How the collective library runs one of the trace's own collectives (a Chakra ET's)."""

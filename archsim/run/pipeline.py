@@ -16,7 +16,7 @@ from archsim.errors import UsageError
 from archsim.models.base import OpCost
 from archsim.run.context import RunOutput, SystemContext
 from archsim.run.system_result import system_result, timeline
-from archsim.workloads.memory import resident_bytes
+from archsim.workloads.memory import memory_per_chip, resident_bytes
 from archsim.workloads.pipeline import Stage, split_stages, stage_memory_bytes, sub_trace
 from archsim.workloads.trace import Mode, Op, Phase, Trace
 from archsim.workloads.transforms import gradient_buckets
@@ -39,10 +39,10 @@ def pipelined(context: SystemContext, trace: Trace, microbatches: int) -> RunOut
     stages = [stage for stage, _ in staged]
     work: list[StageWork] = []
     blocks: list[tuple[list[OpTiming], list[OpTiming], OpCost | None]] = []
-    memory = 0
     issue_s = context.issue_s
+    fullest = max(staged, key=lambda staged_need: staged_need[1].bytes)
+    memory = memory_per_chip(trace).scaled(fullest[0].parameter_fraction, fullest[1].bytes)
     for stage, need in staged:
-        memory = max(memory, need.bytes)
         model = context.model(trace, need.bytes, stage.parameter_fraction)
         forward = replay(sub_trace(trace, stage.forward, f"{trace.name}.s{stage.index}.fwd"), model, issue_s)
         backward = replay(sub_trace(trace, stage.backward, f"{trace.name}.s{stage.index}.bwd"), model, issue_s)

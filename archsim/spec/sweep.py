@@ -65,6 +65,7 @@ RUN_SETTINGS = (
     "time_to_train",
     "optimizer",
     "input_decode",
+    "zero",
 )
 MAX_AXIS_VALUES = 100_000
 """Values one axis may take (a range that would produce more is refused)."""
@@ -92,8 +93,8 @@ class RunSettings(Spec):
     overlap: StrictBool = True
     fusion: Fusion | None = None
     """None: what the software does."""
-    recompute: StrictBool | None = None
-    """None: what the software does."""
+    recompute: StrictBool | Literal["none", "selective", "full"] | None = None
+    """``none``, ``selective`` or ``full`` (True: full, False: none); None: what the software does."""
     software: Name | None = None
     """The software stack (a ``software/`` name; None: the chip's default)."""
     streaming_memory: StreamingMemory = StreamingMemory.NONE
@@ -103,6 +104,8 @@ class RunSettings(Spec):
     """Optimizer of the convergence data (None: the data's default)."""
     input_decode: Literal["host", "device"] | None = None
     """Feed each step from the system's input pipeline, decoding on the host or on the chips."""
+    zero: Literal[0, 1, 2, 3] = 0
+    """ZeRO stage of a data-parallel training run (0: none)."""
 
 
 class WorkloadEntry(Spec):

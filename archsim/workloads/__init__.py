@@ -38,7 +38,7 @@ from archsim.workloads.gemm import gemm_graph, is_gemm
 from archsim.workloads.graph import ForwardGraph
 from archsim.workloads.memory import finish_trace
 from archsim.workloads.onnx_import import is_onnx
-from archsim.workloads.options import TraceOptions
+from archsim.workloads.options import Recompute, TraceOptions
 from archsim.workloads.resnet import resnet_graph
 from archsim.workloads.trace import Mode, Trace
 
@@ -204,7 +204,7 @@ def _build(
             raise UsageError(workload, field, f"must be one of {choices}, got {value!r}")
     mode, precision = Mode(mode), Precision(precision)
     options = options or TraceOptions()
-    if options.recompute and mode is not Mode.TRAIN:
+    if options.recomputation is not Recompute.NONE and mode is not Mode.TRAIN:
         raise UsageError(workload, "--recompute", "recomputes activations for the backward pass: training only")
     _positive(batch, "--batch", workload)
     _positive(seq_len, "--seq-len", workload)
@@ -264,7 +264,7 @@ def _build(
 def _built_already(source: str, options: TraceOptions) -> None:
     """A trace file keeps the fusion, recomputation and generation length it was built with."""
     if not options.is_default:
-        flag = "--recompute" if options.recompute else "--fusion"
+        flag = "--recompute" if options.recomputation is not Recompute.NONE else "--fusion"
         raise UsageError(source, flag, "a trace file is already built; fuse or recompute when building it")
     if options.gen_len is not None:
         raise UsageError(source, "--gen-len", "a trace file is already built for its generation length")
