@@ -18,6 +18,7 @@ from archsim.engine.records import LinkStatistics
 from archsim.engine.replay import replay
 from archsim.errors import UsageError
 from archsim.run.context import RunOutput, SystemContext
+from archsim.run.remedies import system_changes
 from archsim.run.system_result import system_result, timeline
 from archsim.workloads.trace import Trace
 from archsim.workloads.transforms import compute_only, with_gradient_all_reduces
@@ -29,7 +30,9 @@ def data_parallel(context: SystemContext, trace: Trace) -> RunOutput:
     zero, width = context.options.zero, context.placement.data_parallel
     if zero and trace.has_comm:
         raise UsageError(trace.name, "--zero", "a trace with its own communication ops (a Chakra ET) runs as recorded")
-    memory_fit.check_needs(context.chip, context.options.streaming, trace, zero_needs(zero, width), context.rebuild)
+    needs = zero_needs(zero, width)
+    changes = system_changes(context, trace)
+    memory_fit.check_needs(context.chip, context.options.streaming, trace, needs, context.rebuild, changes=changes)
     memory = zero_memory(trace, zero, width)
     step = with_communication(context, trace)
     sharded = zero > 0 and step is not trace

@@ -15,6 +15,7 @@ from archsim.engine.replay import OpTiming, replay
 from archsim.errors import UsageError
 from archsim.models.base import OpCost
 from archsim.run.context import RunOutput, SystemContext
+from archsim.run.remedies import system_changes
 from archsim.run.system_result import system_result, timeline
 from archsim.workloads.memory import memory_per_chip, resident_bytes
 from archsim.workloads.pipeline import Stage, split_stages, stage_memory_bytes, sub_trace
@@ -35,6 +36,7 @@ def pipelined(context: SystemContext, trace: Trace, microbatches: int) -> RunOut
         lambda t: [need for _, need in (staged if t is trace else stages_of(context, t, microbatches))],
         context.rebuild,
         "--microbatches",
+        system_changes(context, trace),
     )
     stages = [stage for stage, _ in staged]
     work: list[StageWork] = []
