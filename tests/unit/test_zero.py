@@ -6,13 +6,16 @@ import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import yaml
 
 from archsim import simulate
 from archsim.errors import UsageError
 from archsim.spec.common import Precision
 from archsim.spec.library import Library
+from archsim.sweep import run_sweep
 from archsim.workloads import TraceOptions, build_trace
 from archsim.workloads.memory import memory_per_chip
 from archsim.workloads.trace import CommKind, Mode, Phase, Trace
@@ -168,3 +171,22 @@ def test_zero_is_refused_in_one_line_where_it_is_not_modelled(arguments: list[st
 def test_api_refuses_a_bad_stage() -> None:
     with pytest.raises(UsageError, match="--zero: must be a ZeRO stage, 0, 1, 2 or 3, got 5"):
         simulate("dgx-a100", "gpt2", mode="train", zero=5, library=LIBRARY)
+
+
+def test_zero_and_recompute_are_sweep_axes(tmp_path: Path) -> None:
+    data = {
+        "schema_version": 1,
+        "kind": "sweep",
+        "name": "zero-axes",
+        "target": "dgx-a100",
+        "workloads": ["gpt2"],
+        "settings": {"batch": 1, "seq_len": 128, "mode": "train"},
+        "grid": {"run.zero": [0, 2], "run.recompute": ["none", "selective"]},
+        "zip": [],
+    }
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    table = run_sweep(str(path), jobs=1, progress=False).set_index(["run.zero", "run.recompute"])
+    assert table["error"].isna().all()
+    assert table.loc[(2, "none"), "memory_bytes"] < table.loc[(0, "none"), "memory_bytes"]
+    assert table.loc[(0, "selective"), "memory_bytes"] < table.loc[(0, "none"), "memory_bytes"]
