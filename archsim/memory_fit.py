@@ -219,12 +219,14 @@ def check_needs(
         if size:
             smaller = f"--batch {size}" if field == "--batch" else f"micro-batches of {size} (more --microbatches)"
             ordered.append(Change(smaller, lambda: True))
-        problem += "; " + smallest_change(ordered)
+        named = smallest_change(ordered)
+        problem += "; " + named
         if changes is None:  # a chip: what a system could change is not checked here
             problem += "; on a system, --zero or --pipeline-stages divide its training state"
         remedies = [r for r in remedies if r != "--recompute"]
         if remedies:
-            problem += "; it also fits with " + ", or ".join(remedies)
+            also = " also" if named.startswith("the smallest") else ""
+            problem += f"; it{also} fits with " + ", or ".join(remedies)
         raise CapacityError(chip.name, field, problem)
     if remedies:
         problem += "; it fits with " + ", or ".join(remedies)
@@ -238,5 +240,6 @@ def smallest_change(changes: Sequence[Change]) -> str:
     for change in changes:
         if change.fits():
             return f"the smallest change that fits is {change.flags}"
-    tried = ", ".join(change.flags for change in changes) or "nothing to try"
-    return f"no single change fits (tried {tried})"
+    if not changes:
+        return "no other change to try"
+    return f"none of {', '.join(change.flags for change in changes)} fits alone"

@@ -65,7 +65,8 @@ def test_with_nothing_else_left_a_smaller_batch() -> None:
 
 def test_none_fits_says_what_was_tried() -> None:
     line = refusal("dgx-a100", "gpt3-175b", "--batch", "1")
-    assert "no single change fits (tried --recompute full, --zero 1, --zero 2, --zero 3, --pipeline-stages 2" in line
+    assert "none of --recompute full, --zero 1, --zero 2, --zero 3, --pipeline-stages 2, --pipeline-stages 4" in line
+    assert line.endswith("fits alone\n")
 
 
 def test_changes_are_checked_in_order_until_one_fits() -> None:
@@ -81,4 +82,4 @@ def test_changes_are_checked_in_order_until_one_fits() -> None:
     changes = [check("--recompute full", False), check("--tensor-parallel 2", True), check("--zero 1", True)]
     assert smallest_change(changes) == "the smallest change that fits is --tensor-parallel 2"
     assert checked == ["--recompute full", "--tensor-parallel 2"]
-    assert smallest_change([]) == "no single change fits (tried nothing to try)"
+    assert smallest_change([]) == "no other change to try"
