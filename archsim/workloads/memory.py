@@ -88,19 +88,31 @@ def memory_per_chip(trace: Trace) -> MemoryPerChip:
     the trace's ``kv_cache_bytes``; activations are what remains. A trace file whose parts exceed its
     ``memory_bytes`` has them cut, in that order, so that the parts always sum to it.
     """
-    buffers: dict[str, int] = {}
+    buffers: dict[str, int] = {}  # state forward ops read
+    touched: set[str] = set()  # state any op but the update touches
+    updated: dict[str, int] = {}  # state the update touches
     for op in trace.ops:
-        if op.phase is not Phase.UPDATE:
-            for t in op.reads:
-                if t.role is Role.STATE:
+        update = op.phase is Phase.UPDATE
+        for t in op.reads:
+            if t.role is Role.STATE:
+                if update:
+                    updated[t.name] = max(updated.get(t.name, 0), t.bytes)
+                else:
+                    touched.add(t.name)
                     buffers[t.name] = t.bytes
+        for t in op.writes:
+            if t.role is Role.STATE:
+                if update:
+                    updated[t.name] = max(updated.get(t.name, 0), t.bytes)
+                else:
+                    touched.add(t.name)
     left = trace.memory_bytes
     parts: list[int] = []
     train = trace.mode is Mode.TRAIN
     for wanted in (
         trace.parameters * trace.precision.bytes + sum(buffers.values()),
         trace.parameters * trace.precision.bytes if train else 0,
-        update_only_bytes(trace.ops) if train else 0,
+        sum(size for name, size in updated.items() if name not in touched) if train else 0,  # update_only_bytes
         int(trace.meta.get("kv_cache_bytes", "0")),
     ):
         parts.append(min(wanted, left))
