@@ -11,6 +11,8 @@ from fractions import Fraction
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from archsim import simulate
+from archsim.errors import CapacityError, UsageError
 from archsim.spec.common import Precision
 from archsim.spec.library import Library
 from archsim.workloads import TraceOptions, build_trace
@@ -69,3 +71,31 @@ def test_stages_1_and_2_move_the_wire_bytes_of_plain_data_parallelism(
     zero.check()
     assert wire_bytes(zero, chips) == wire_bytes(plain, chips) > 0
     assert sum(op.flops for op in zero.ops) <= sum(op.flops for op in plain.ops)
+
+
+@settings(max_examples=10, deadline=None, database=None)
+@given(
+    system=st.sampled_from(["dgx-a100", "dgx1", "tpu-v3-8", "ipu-m2000", "atlas-800"]),
+    workload=st.sampled_from(["gpt2", "bert-base"]),
+    stage=st.integers(0, 3),
+    recompute=st.sampled_from(["none", "full"]),
+    batch=st.integers(1, 4),
+)
+def test_zero_runs_are_physically_possible_or_refused_in_one_line(
+    system: str, workload: str, stage: int, recompute: str, batch: int
+) -> None:
+    try:
+        result = simulate(
+            system, workload, mode="train", batch=batch, seq_len=64, zero=stage, recompute=recompute, library=LIBRARY
+        )
+    except (CapacityError, UsageError) as err:
+        line = err.line()
+        assert line and "\n" not in line
+        return
+    assert result.scaling_efficiency is not None and 0 < result.scaling_efficiency <= 1
+    assert 0 < result.utilization <= 1
+    assert result.memory_per_chip is not None
+    assert result.memory_per_chip.total == result.memory_bytes + result.streaming_memory_bytes
+    assert result.memory_bytes <= result.memory_capacity_bytes
+    for layer in result.layers:
+        assert layer.end_s - layer.start_s >= layer.roofline_s * (1 - 1e-12), layer.name
