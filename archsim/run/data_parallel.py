@@ -18,6 +18,7 @@ from archsim.engine.records import LinkStatistics
 from archsim.engine.replay import replay
 from archsim.errors import UsageError
 from archsim.run.context import RunOutput, SystemContext
+from archsim.run.pipeline import stage_needs
 from archsim.run.remedies import system_changes
 from archsim.run.system_result import system_result, timeline
 from archsim.workloads.trace import Trace
@@ -31,7 +32,7 @@ def data_parallel(context: SystemContext, trace: Trace) -> RunOutput:
     if zero and trace.has_comm:
         raise UsageError(trace.name, "--zero", "a trace with its own communication ops (a Chakra ET) runs as recorded")
     needs = zero_needs(zero, width)
-    changes = system_changes(context, trace)
+    changes = system_changes(context, trace, stage_needs)
     memory_fit.check_needs(context.chip, context.options.streaming, trace, needs, context.rebuild, changes=changes)
     memory = zero_memory(trace, zero, width)
     step = with_communication(context, trace)

@@ -36,7 +36,7 @@ def pipelined(context: SystemContext, trace: Trace, microbatches: int) -> RunOut
         lambda t: [need for _, need in (staged if t is trace else stages_of(context, t, microbatches))],
         context.rebuild,
         "--microbatches",
-        system_changes(context, trace),
+        system_changes(context, trace, stage_needs),
     )
     stages = [stage for stage, _ in staged]
     work: list[StageWork] = []
@@ -92,6 +92,11 @@ def stages_of(context: SystemContext, trace: Trace, microbatches: int) -> list[t
         update_only = needed - resident_bytes(trace, needed, stage.parameter_fraction)
         staged.append((stage, memory_fit.Need(what, needed, update_only)))
     return staged
+
+
+def stage_needs(context: SystemContext, trace: Trace, microbatches: int) -> list[memory_fit.Need]:
+    """What each stage's chip holds (:func:`stages_of`), for :mod:`archsim.run.remedies`."""
+    return [need for _, need in stages_of(context, trace, microbatches)]
 
 
 def single_chip_step(context: SystemContext, trace: Trace, microbatches: int) -> float | str:

@@ -9,6 +9,7 @@ to :func:`system_changes` in its place in that order.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 
@@ -38,15 +39,18 @@ def zero_changes(context: SystemContext, trace: Trace) -> list[Change]:
     return [Change(f"--zero {stage}", partial(fits_at, stage)) for stage in ZERO_STAGES if stage > zero]
 
 
-def pipeline_changes(context: SystemContext, trace: Trace) -> list[Change]:
+StageNeeds = Callable[[SystemContext, Trace, int], list[Need]]
+"""What each stage's chip of a pipelined step holds: ``(context, trace, microbatches)`` ->
+needs (:func:`archsim.run.pipeline.stage_needs`, passed in: the pipeline module uses this one)."""
+
+
+def pipeline_changes(context: SystemContext, trace: Trace, stage_needs: StageNeeds) -> list[Change]:
     """More pipeline stages (each dividing the system's first tier), the same micro-batch in every stage.
 
-    A stage of ``P`` keeps up to ``P`` micro-batches in flight under 1F1B (:func:`~archsim.run.pipeline.stages_of`);
+    A stage of ``P`` keeps up to ``P`` micro-batches in flight under 1F1B (``stage_needs``);
     the run the message names splits its batch into ``4 P`` micro-batches by default, each no larger
     than this one, so it needs no more than what is checked. Not offered with ZeRO (not modelled with pipelines).
     """
-    from archsim.run.pipeline import stages_of  # the pipeline module uses this one's callers
-
     current = context.options.pipeline_stages
     tiers = context.fabric.tiers
     if context.options.zero or not tiers or trace.mode.is_generation:
@@ -61,12 +65,12 @@ def pipeline_changes(context: SystemContext, trace: Trace) -> list[Change]:
         staged = replace(context, options=options, placement=placement)
 
         def fits_with(staged: SystemContext = staged, stages: int = stages) -> bool:
-            return all_fit(staged, [need for _, need in stages_of(staged, trace, 4 * stages)])
+            return all_fit(staged, stage_needs(staged, trace, 4 * stages))
 
         changes.append(Change(f"--pipeline-stages {stages}", fits_with))
     return changes
 
 
-def system_changes(context: SystemContext, trace: Trace) -> list[Change]:
+def system_changes(context: SystemContext, trace: Trace, stage_needs: StageNeeds) -> list[Change]:
     """The changes a refusal on a system may name, in the order it prefers them (see the module)."""
-    return [*zero_changes(context, trace), *pipeline_changes(context, trace)]
+    return [*zero_changes(context, trace), *pipeline_changes(context, trace, stage_needs)]
