@@ -73,11 +73,19 @@ class MemoryPerChip:
         return cls(weights, gradients, optimizer_state, activations, kv_cache, total)
 
     def scaled(self, fraction: float, total: int) -> MemoryPerChip:
-        """A pipeline stage's chip: ``fraction`` of the parameter state, activations the rest of ``total``."""
-        weights, gradients = round(self.weights * fraction), round(self.gradients * fraction)
-        optimizer, cache = round(self.optimizer_state * fraction), round(self.kv_cache * fraction)
-        activations = max(0, total - weights - gradients - optimizer - cache)
-        return MemoryPerChip.of(weights, gradients, optimizer, activations, cache)
+        """A pipeline stage's chip: ``fraction`` of each part, activations the rest of ``total``.
+
+        The parts are cut (cache, optimizer state, gradients, weights) where rounding would put them
+        above ``total``, so that the split always sums to it.
+        """
+        parts = [round(part * fraction) for part in (self.weights, self.gradients, self.optimizer_state, self.kv_cache)]
+        over = sum(parts) - total
+        for index in (3, 2, 1, 0):
+            cut = min(max(0, over), parts[index])
+            parts[index] -= cut
+            over -= cut
+        weights, gradients, optimizer, cache = parts
+        return MemoryPerChip.of(weights, gradients, optimizer, total - sum(parts), cache)
 
 
 def memory_per_chip(trace: Trace) -> MemoryPerChip:

@@ -67,6 +67,8 @@ def test_scaled_keeps_the_total() -> None:
     half = split.scaled(0.5, 500)
     assert (half.weights, half.gradients, half.optimizer_state, half.total) == (50, 50, 300, 500)
     assert half.activations == 100
+    tight = split.scaled(1 / 3, 200)  # the parts alone come to 266: cut to the total, nothing negative
+    assert tight.total == 200 and min(tight.weights, tight.gradients, tight.optimizer_state, tight.activations) >= 0
 
 
 def test_json_and_human_output_show_the_split() -> None:
