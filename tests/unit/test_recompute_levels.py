@@ -19,11 +19,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from archsim import simulate
 from archsim.errors import UsageError
 from archsim.spec.common import Precision
 from archsim.spec.library import Library, builtin_roots
+from archsim.spec.validation import Row
 from archsim.workloads import TraceOptions, build_trace
 from archsim.workloads.memory import memory_per_chip
 from archsim.workloads.options import Recompute
@@ -132,3 +134,24 @@ def test_cli_bare_recompute_is_full_and_no_recompute_is_none() -> None:
     refused = subprocess.run([*run, "--recompute", "selective", "--mode", "infer"], capture_output=True, text=True)
     assert refused.returncode == 2 and refused.stdout == ""
     assert refused.stderr.count("\n") == 1 and "--recompute" in refused.stderr
+
+
+def test_validation_rows_name_the_recomputation_the_published_run_used() -> None:
+    row = {
+        "id": "a-megatron-row",
+        "group": "single_chip",
+        "target": "a100-80gb",
+        "workload": "gpt3-1.3b",
+        "mode": "train",
+        "batch": 1,
+        "precision": "fp16",
+        "recompute": "selective",
+        "metric": "throughput",
+        "published": 1.0,
+        "unit": "seq/s",
+        "source": "test",
+    }
+    assert Row.model_validate(row).recompute == "selective"
+    with pytest.raises(ValidationError, match="recompute applies to training rows only"):
+        Row.model_validate({**row, "mode": "infer"})
+    assert Row.model_validate({**row, "mode": "infer", "recompute": "none"}).recompute == "none"
