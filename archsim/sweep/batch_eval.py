@@ -36,6 +36,7 @@ from archsim.results.records import Normalized, RunResult
 from archsim.spec.chip import ChipSpec
 from archsim.spec.efficiency import Efficiency
 from archsim.spec.registry import FamilyEfficiency
+from archsim.workloads.memory import memory_per_chip
 from archsim.workloads.trace import Mode, Trace
 
 Floats = npt.NDArray[np.float64]
@@ -259,6 +260,7 @@ class _Run:
             time_by_bound=self.by_bound,
             **memory_fields(chip, trace.memory_bytes),
             **generation,
+            memory_per_chip=memory_per_chip(trace),
             global_batch=trace.batch,
             single_chip_throughput=self.throughput / 1 * limit.clock_scale,
             throughput_unit=unit,
