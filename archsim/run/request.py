@@ -156,7 +156,7 @@ class Layout:
             raise UsageError("", "--bucket-size", f"must be a positive number of bytes, got {bucket_bytes!r}")
         if nodes is not None and nodes > MAX_NODES:
             raise LimitError("", "--nodes", f"must be at most {MAX_NODES}")
-        if isinstance(zero, bool) or zero not in ZERO_STAGES:
+        if isinstance(zero, bool) or not isinstance(zero, int) or zero not in ZERO_STAGES:
             raise UsageError("", "--zero", f"must be a ZeRO stage, 0, 1, 2 or 3, got {zero!r}")
         return cls(
             nodes=nodes,
