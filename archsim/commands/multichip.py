@@ -54,6 +54,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-overlap", action="store_true", help="all-reduce gradients after the backward pass, not during it"
     )
     group.add_argument(
+        "--zero",
+        type=int,
+        choices=[0, 1, 2, 3],
+        default=0,
+        metavar="STAGE",
+        help="ZeRO stage of a data-parallel training run: 1 shards the optimizer state (Megatron's distributed "
+        "optimizer), 2 also gradients, 3 also weights (default 0: none)",
+    )
+    group.add_argument(
         "--timeline", default=None, metavar="FILE", help="write a Chrome/Perfetto trace-event JSON of the step"
     )
     group.add_argument(
@@ -102,6 +111,7 @@ def simulate_args(args: argparse.Namespace) -> RunResult:
         tensor_parallel=args.tensor_parallel,
         sequence_parallel=args.sequence_parallel,
         interleave=args.interleave,
+        zero=args.zero,
     )
     output = run(request, Library(args.lib), record=args.timeline is not None)
     if args.timeline is not None:
@@ -119,6 +129,13 @@ def scaling_line(result: RunResult) -> str:
     )
 
 
+def gradient_collectives(result: RunResult) -> str:
+    """What the step's gradients go through: an all-reduce, or ZeRO's reduce-scatter and all-gathers."""
+    if result.zero == 0:
+        return "all-reduce"
+    return f"reduce-scatter and all-gather, ZeRO stage {result.zero}"
+
+
 def summary_lines(result: RunResult) -> list[str]:
     """The multi-chip lines of the human summary (none for a single chip)."""
     if result.system is None:
@@ -128,7 +145,7 @@ def summary_lines(result: RunResult) -> list[str]:
         f"{result.data_parallel} x pipeline {result.pipeline_stages}, global batch {result.global_batch}",
         scaling_line(result),
         f"communication {format_time(result.comm_s)} in flight, {format_time(result.exposed_comm_s)} exposed"
-        + (f" ({result.collective} all-reduce)" if result.collective else ""),
+        + (f" ({result.collective} {gradient_collectives(result)})" if result.collective else ""),
     ]
     if result.tensor_parallel > 1:
         lines.append(

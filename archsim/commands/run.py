@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
             or args.batch
             or args.precision
             or args.seq_len
-            or args.recompute
+            or args.recompute not in (None, "none")
             or args.prompt_len
             or args.gen_len
         ):

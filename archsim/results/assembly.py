@@ -15,6 +15,7 @@ from archsim.memory_fit import capacity_bytes, capacity_technology, split_bytes
 from archsim.models.base import Bound
 from archsim.results.records import CollectiveRecord, LayerRecord, LinkRecord, Normalized, RunResult
 from archsim.spec.chip import ChipSpec
+from archsim.workloads.memory import MemoryPerChip, memory_per_chip
 from archsim.workloads.trace import Mode, Op, Phase, Trace
 
 
@@ -139,6 +140,7 @@ def build_result(
         **memory_fields(chip, trace.memory_bytes),
         **generation_fields(trace, throughput, step_time_s),
         **decoder_fields(trace, num_chips, throughput, step_time_s, peak),
+        memory_per_chip=memory_per_chip(trace),
         global_batch=samples,
         single_chip_throughput=per_chip,
         throughput_unit=throughput_unit(trace),
@@ -179,7 +181,7 @@ def build_system_result(
     microbatches: int,
     schedule: str | None,
     collective: str | None,
-    memory_bytes: int,
+    memory: MemoryPerChip,
     single_chip_step_s: float | None,
     scaling_note: str | None,
     comm_s: float,
@@ -190,13 +192,14 @@ def build_system_result(
     collectives: Sequence[CollectiveRecord],
     software: str | None = None,
     input_samples_per_s: float | None = None,
+    zero: int = 0,
 ) -> RunResult:
     """Assemble the result of a step on a system.
 
     ``trace`` is one microbatch's (the per-chip batch when not pipelined); ``batch`` is the per-replica
     batch; ``entries`` the representative ops with their timings and stages; ``single_chip_step_s``
     the step time of one chip running the same per-replica batch alone, or None with ``scaling_note``
-    saying why one chip cannot.
+    saying why one chip cannot; ``memory`` what the chip that holds the most holds.
     """
     layers = tuple(LayerRecord.of(op, t, chip.clock, stage) for op, t, stage in entries)
     timings = [t for _, t, _ in entries]
@@ -229,9 +232,11 @@ def build_system_result(
         ops_time_s=ops_time_s,
         step_overhead_s=step_overhead_s,
         time_by_bound=by_bound,
-        **memory_fields(chip, memory_bytes),
+        **memory_fields(chip, memory.total),
         **generation_fields(trace, throughput, step_time_s),
         **decoder_fields(trace, microbatches * data_parallel, throughput, step_time_s, peak),
+        memory_per_chip=memory,
+        zero=zero,
         system=system,
         nodes=nodes,
         data_parallel=data_parallel,

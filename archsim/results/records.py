@@ -28,6 +28,7 @@ from archsim.results.training import InputRecord, TimeToTrainRecord
 
 __all__ = ["CollectiveRecord", "LayerRecord", "LinkRecord", "Normalized", "RunResult", "to_json"]
 from archsim.spec.chip import ChipSpec
+from archsim.workloads.memory import MemoryPerChip
 from archsim.workloads.trace import Op
 
 
@@ -233,6 +234,12 @@ class RunResult:
     max_batch: int | None = field(default=None, kw_only=True)
     """Prefill, decode and generate: the largest batch (as ``batch`` counts it) whose steps fit the chip's
     memory with their KV cache (:mod:`archsim.run.generation`); None otherwise."""
+    zero: int = field(default=0, kw_only=True)
+    """ZeRO stage of a data-parallel training step (0: plain data parallelism; :mod:`archsim.workloads.zero`)."""
+    memory_per_chip: MemoryPerChip | None = field(default=None, kw_only=True)
+    """What one chip holds, by part (:class:`~archsim.workloads.memory.MemoryPerChip`); its ``total``
+    is the figure memory fit checks: ``memory_bytes + streaming_memory_bytes`` (the chip of a pipeline
+    that holds the most; with ZeRO, after sharding)."""
     input_pipeline: InputRecord | None = field(default=None, kw_only=True)
     """The input pipeline of the step, when the run models it (``--input-decode``)."""
     time_to_train: TimeToTrainRecord | None = field(default=None, kw_only=True)

@@ -37,10 +37,27 @@ def summary_lines(result: RunResult) -> list[str]:
             if result.streaming_memory_bytes
             else ""
         ),
+        *memory_split_lines(result),
         f"op time by bound: {bounds}",
         f"error bar     {error_bar(result)}; outside the calibration: {', '.join(result.extrapolation) or 'nothing'}",
         *generation_lines(result),
     ]
+
+
+def memory_split_lines(result: RunResult) -> list[str]:
+    """What one chip holds, by part (``memory_per_chip``; none when the result has no split)."""
+    m = result.memory_per_chip
+    if m is None:
+        return []
+    parts = (
+        ("weights", m.weights),
+        ("gradients", m.gradients),
+        ("optimizer state", m.optimizer_state),
+        ("activations", m.activations),
+        ("KV cache", m.kv_cache),
+    )
+    split = ", ".join(f"{name} {format_bytes(size)}" for name, size in parts)
+    return [f"memory split  {split} (total {format_bytes(m.total)})"]
 
 
 def error_bar(result: RunResult) -> str:

@@ -26,7 +26,7 @@ from archsim.spec.efficiency import Efficiency
 from archsim.spec.registry import FamilyEfficiency
 from archsim.spec.software import SoftwareSpec
 from archsim.workloads.memory import resident_bytes
-from archsim.workloads.options import TraceOptions
+from archsim.workloads.options import Recompute, TraceOptions
 from archsim.workloads.trace import CommOp, Mode, Trace
 from archsim.workloads.transforms import DEFAULT_BUCKET_BYTES
 
@@ -60,6 +60,8 @@ class SystemOptions:
     """The stack that runs each chip's graph (None: the chip's default)."""
     interleave: int = 1
     """Model chunks per pipeline stage (interleaved 1F1B, :mod:`archsim.engine.schedules`)."""
+    zero: int = 0
+    """ZeRO stage of a data-parallel training step (:mod:`archsim.workloads.zero`)."""
 
     @classmethod
     def of(
@@ -78,6 +80,7 @@ class SystemOptions:
             streaming=streaming,
             software=software,
             interleave=layout.interleave,
+            zero=layout.zero,
         )
 
 
@@ -104,7 +107,7 @@ class SystemContext:
     spans: LinkSpans | None
     """The timeline's link observer when the run is recorded (None: not recorded)."""
     mode: Mode
-    rebuild: Callable[[int, bool], Trace] | None
+    rebuild: Callable[[int, Recompute], Trace] | None
     software: SoftwareSpec
     plan_comm: Callable[[CommOp], CommPlan | None]
     """How the collective library runs one of the trace's own collectives (a Chakra ET's)."""

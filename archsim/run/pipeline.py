@@ -17,9 +17,10 @@ from archsim.engine.replay import OpTiming, replay
 from archsim.errors import UsageError
 from archsim.models.base import OpCost
 from archsim.run.context import RunOutput, SystemContext
+from archsim.run.remedies import system_changes
 from archsim.run.system_result import system_result, timeline
 from archsim.run.tensor_parallel import TENSOR_PARALLEL_NOTE
-from archsim.workloads.memory import resident_bytes
+from archsim.workloads.memory import memory_per_chip, resident_bytes
 from archsim.workloads.pipeline import Stage, split_stages, stage_memory_bytes, sub_trace
 from archsim.workloads.trace import Mode, Op, Phase, Trace
 from archsim.workloads.transforms import gradient_buckets
@@ -45,14 +46,16 @@ def pipelined(context: SystemContext, trace: Trace, microbatches: int) -> RunOut
         lambda t: chip_needs(staged if t is trace else stages_of(context, t, microbatches), chips),
         context.rebuild,
         "--microbatches",
+        system_changes(context, trace, stage_needs),
     )
     stages = [stage for stage, _ in staged]
     needs = chip_needs(staged, chips)
     shares = [sum(stage.parameter_fraction for stage in stages[d::chips]) for d in range(chips)]
     work: list[StageWork] = []
     blocks: list[tuple[list[OpTiming], list[OpTiming], OpCost | None]] = []
-    memory = max(need.bytes for need in needs)
     issue_s = context.issue_s
+    fullest = max(range(chips), key=lambda d: needs[d].bytes)
+    memory = memory_per_chip(trace).scaled(shares[fullest], needs[fullest].bytes)
     for stage, _ in staged:
         chip = stage.index % chips
         model = context.model(trace, needs[chip].bytes, shares[chip])
@@ -132,6 +135,11 @@ def stages_of(context: SystemContext, trace: Trace, microbatches: int) -> list[t
         update_only = needed - resident_bytes(trace, needed, stage.parameter_fraction)
         staged.append((stage, memory_fit.Need(what, needed, update_only)))
     return staged
+
+
+def stage_needs(context: SystemContext, trace: Trace, microbatches: int) -> list[memory_fit.Need]:
+    """What each chip of the pipeline holds (:func:`stages_of`, :func:`chip_needs`), for :mod:`archsim.run.remedies`."""
+    return chip_needs(stages_of(context, trace, microbatches), context.options.pipeline_stages)
 
 
 def single_chip_step(context: SystemContext, trace: Trace, microbatches: int) -> float | str:

@@ -30,8 +30,8 @@ from archsim.spec.library import Library
 from archsim.spec.software import Rewrite, SoftwareSpec
 from archsim.stack import planned_software, stack_options
 from archsim.workloads import build_trace, microbatch_trace
-from archsim.workloads.memory import update_only_bytes
-from archsim.workloads.options import TraceOptions
+from archsim.workloads.memory import trace_recompute, update_only_bytes
+from archsim.workloads.options import Recompute, TraceOptions
 from archsim.workloads.trace import Mode, Trace
 
 
@@ -47,7 +47,7 @@ class BuiltRun:
     """Microbatches per step on a system (None: one batch per step)."""
     options: SystemOptions
     """The layout with the trace options, streaming memory and named stack filled in."""
-    rebuild: Callable[[int, bool], Trace] | None
+    rebuild: Callable[[int, Recompute], Trace] | None
     """The workload at another batch (None: its batch is fixed), to name the largest that fits."""
 
     @property
@@ -110,6 +110,7 @@ def build(request: RunRequest, library: Library) -> BuiltRun:
         flag = "--pipeline-stages" if layout.pipeline_stages != 1 else "--microbatches"
         problem = "prefill and decode run tensor and data parallel only: pipelined generation is not modelled yet"
         raise UsageError(target.source, flag, problem)
+    check_zero(request, target)
     precision = chip.default_precision if request.precision is None else request.precision
     if precision not in chip.peak:
         supported = ", ".join(p.value for p in chip.precisions)
@@ -159,6 +160,22 @@ def build(request: RunRequest, library: Library) -> BuiltRun:
     return BuiltRun(request, target, trace, microbatches, options, rebuild if "model" in trace.meta else None)
 
 
+def check_zero(request: RunRequest, target: Target) -> None:
+    """Refuse (one line) a ZeRO stage where archsim does not model it: ZeRO shards data-parallel training."""
+    layout = request.layout
+    if layout.zero == 0:
+        return
+    if target.system is None:
+        problem = "ZeRO shards training state over data-parallel chips: needs a multi-chip system, not a chip"
+        raise UsageError(request.target, "--zero", problem)
+    if request.mode is not Mode.TRAIN:
+        raise UsageError(request.target, "--zero", "ZeRO shards gradients and optimizer state: --mode train only")
+    if layout.pipeline_stages != 1 or layout.microbatches not in (None, 1):
+        flag = "--pipeline-stages" if layout.pipeline_stages != 1 else "--microbatches"
+        problem = f"ZeRO is modelled for data-parallel steps of one micro-batch: leave out {flag} or use --zero 0"
+        raise UsageError(request.target, "--zero", problem)
+
+
 def replay_built(
     built: BuiltRun,
     library: Library,
@@ -204,10 +221,10 @@ def replay_built(
 
 def rebuilder(
     workload: str, library: Library, mode: Mode, precision: Precision, seq_len: int | None, options: TraceOptions
-) -> Callable[[int, bool], Trace]:
-    """``rebuild(batch, recompute)``: ``workload``'s trace at another batch, with or without recomputation."""
+) -> Callable[[int, Recompute], Trace]:
+    """``rebuild(batch, recompute)``: ``workload``'s trace at another batch, recomputing ``recompute``."""
 
-    def rebuild(batch: int, recompute: bool) -> Trace:
+    def rebuild(batch: int, recompute: Recompute) -> Trace:
         # asked explicitly, recomputation replaces what the software stack does
         explicit = replace(options, recompute=recompute, rewrites=options.rewrites - {Rewrite.RECOMPUTE})
         return build_trace(workload, library, mode, batch, precision, seq_len, explicit)
@@ -220,12 +237,12 @@ def default_batch_trace(
     streaming: StreamingMemory,
     trace: Trace,
     batch: int | None,
-    rebuild: Callable[[int, bool], Trace],
+    rebuild: Callable[[int, Recompute], Trace],
 ) -> Trace:
     """``trace``, or with no batch asked (``batch`` None) the model's default halved until the step fits."""
     if batch is not None or "model" not in trace.meta:
         return trace
-    recompute = trace.meta.get("recompute") == "true"
+    recompute = trace_recompute(trace)
     while trace.batch > 1 and not memory_fit.fits(chip, streaming, trace.memory_bytes, update_only_bytes(trace.ops)):
         trace = rebuild(trace.batch // 2, recompute)
     return trace

@@ -34,6 +34,7 @@ from archsim.run.tensor_parallel import GroupCalls, group_fabric
 from archsim.spec.efficiency import Efficiency
 from archsim.spec.library import Library
 from archsim.stack import default_software, is_kernel, stack_efficiency
+from archsim.workloads.options import Recompute
 from archsim.workloads.trace import Trace
 
 
@@ -46,7 +47,7 @@ def replay_on_system(
     *,
     record: bool = False,
     family_efficiency: Efficiency | None = None,
-    rebuild: Callable[[int, bool], Trace] | None = None,
+    rebuild: Callable[[int, Recompute], Trace] | None = None,
 ) -> RunOutput:
     """Replay a built trace (one chip's, one microbatch's when pipelined) on ``target``'s system.
 

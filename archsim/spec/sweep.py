@@ -70,6 +70,7 @@ RUN_SETTINGS = (
     "tensor_parallel",
     "sequence_parallel",
     "interleave",
+    "zero",
 )
 MAX_AXIS_VALUES = 100_000
 """Values one axis may take (a range that would produce more is refused)."""
@@ -97,8 +98,8 @@ class RunSettings(Spec):
     overlap: StrictBool = True
     fusion: Fusion | None = None
     """None: what the software does."""
-    recompute: StrictBool | None = None
-    """None: what the software does."""
+    recompute: StrictBool | Literal["none", "selective", "full"] | None = None
+    """``none``, ``selective`` or ``full`` (True: full, False: none); None: what the software does."""
     software: Name | None = None
     """The software stack (a ``software/`` name; None: the chip's default)."""
     streaming_memory: StreamingMemory = StreamingMemory.NONE
@@ -118,6 +119,8 @@ class RunSettings(Spec):
     """Sequence parallelism within the tensor-parallel group."""
     interleave: Count = 1
     """Model chunks per pipeline stage (interleaved 1F1B)."""
+    zero: Literal[0, 1, 2, 3] = 0
+    """ZeRO stage of a data-parallel training run (0: none)."""
 
 
 class WorkloadEntry(Spec):

@@ -106,8 +106,8 @@ class Row(Spec):
     """The software stack of the published run, as ``--software`` (None: the chip's default)."""
     fusion: Fusion | None = None
     """Ops the published run's framework fused, as ``--fusion`` (None: what its software does)."""
-    recompute: bool | None = None
-    """Whether the published run recomputed activations, as ``--recompute`` (None: as its software does)."""
+    recompute: bool | Literal["none", "selective", "full"] | None = None
+    """What the published run recomputed, as ``--recompute`` (True: full; None: as its software does)."""
     metric: Metric
     phase: Literal["fwd", "bwd_data", "bwd_weight", "update"] | None = None
     """For ``op_time``: the phase of the op whose time was measured (a run has one op per phase)."""
@@ -136,7 +136,7 @@ class Row(Spec):
             raise ValueError("bytes (the message size) is required with metric busbw and only there")
         if self.published <= 0:
             raise ValueError(f"published must be positive, got {self.published}")
-        if self.recompute and self.mode != "train":
+        if self.recompute not in (None, False, "none") and self.mode != "train":
             raise ValueError("recompute applies to training rows only")
         return self
 

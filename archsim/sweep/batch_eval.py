@@ -43,6 +43,7 @@ from archsim.results.records import Normalized, RunResult
 from archsim.spec.chip import ChipSpec
 from archsim.spec.efficiency import Efficiency
 from archsim.spec.registry import FamilyEfficiency
+from archsim.workloads.memory import memory_per_chip
 from archsim.workloads.trace import Mode, Trace
 
 Floats = npt.NDArray[np.float64]
@@ -267,6 +268,7 @@ class _Run:
             **memory_fields(chip, trace.memory_bytes),
             **generation,
             **decoder_fields(trace, 1, throughput, step_time_s, chip.peak_flops(trace.precision)),
+            memory_per_chip=memory_per_chip(trace),
             global_batch=trace.batch,
             single_chip_throughput=self.throughput / 1 * limit.clock_scale,
             throughput_unit=unit,

@@ -38,7 +38,7 @@ from archsim.workloads.gemm import gemm_graph, is_gemm
 from archsim.workloads.graph import ForwardGraph
 from archsim.workloads.memory import finish_trace
 from archsim.workloads.onnx_import import is_onnx
-from archsim.workloads.options import TraceOptions
+from archsim.workloads.options import Recompute, TraceOptions
 from archsim.workloads.resnet import resnet_graph
 from archsim.workloads.tensor_parallel import ShardComm, with_tensor_parallel
 from archsim.workloads.trace import Mode, Trace
@@ -240,7 +240,7 @@ def _build(
     if mode is Mode.GENERATE:  # a prefill and decode steps: two traces, built by archsim.run.generation
         raise UsageError(workload, "--mode", "generate is a prefill then decode steps, not one trace: use archsim run")
     options = options or TraceOptions()
-    if options.recompute and mode is not Mode.TRAIN:
+    if options.recomputation is not Recompute.NONE and mode is not Mode.TRAIN:
         raise UsageError(workload, "--recompute", "recomputes activations for the backward pass: training only")
     _positive(batch, "--batch", workload)
     _positive(seq_len, "--seq-len", workload)
@@ -302,7 +302,7 @@ def _build(
 def _built_already(source: str, options: TraceOptions) -> None:
     """A trace file keeps the fusion, recomputation and generation length it was built with."""
     if not options.is_default:
-        flag = "--recompute" if options.recompute else "--fusion"
+        flag = "--recompute" if options.recomputation is not Recompute.NONE else "--fusion"
         raise UsageError(source, flag, "a trace file is already built; fuse or recompute when building it")
     if options.gen_len is not None:
         raise UsageError(source, "--gen-len", "a trace file is already built for its generation length")

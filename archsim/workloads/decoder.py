@@ -16,8 +16,9 @@ of size ``d`` (``A/G`` query heads share one K and V: grouped-query attention), 
 
 Ops per layer ``layers.{i}`` (pre-norm): norm, fused QKV projection (``n = (A + 2G) d``), rotary
 embedding of Q and K (``positions: rotary``), scores ``Q K^T`` (Gemm ``batch = B G, m = (A/G) q,
-n = c, k = d``), scale + causal mask, softmax, [dropout], context ``P V`` (``batch = B G, m = (A/G) q,
-n = d, k = c``), output projection, [dropout], residual add, norm, feed-forward, [dropout], residual
+n = c, k = d``), scale + causal mask, softmax, [dropout of the probabilities], context ``P V``
+(``batch = B G, m = (A/G) q, n = d, k = c``) -- the attention core, which selective recomputation
+runs again --, output projection, [dropout], residual add, norm, feed-forward, [dropout], residual
 add. The feed-forward is ``up -> GELU -> down`` or SwiGLU's fused ``gate|up -> SiLU(gate) * up ->
 down``; with ``moe`` a router (``n = E``), softmax and top-k, a dispatch of each token to its ``k``
 experts' buffers, the experts' FFNs as batched products over the ``E`` experts (``m`` = tokens per
@@ -239,6 +240,7 @@ class _Decoder:
         if self.mode is Mode.DECODE:  # the new token's K and V join the cache, which the products read whole
             k = TensorAccess(f"{prefix}.k_cache", b * c * kv * d * g.elem)
             v = TensorAccess(f"{prefix}.v_cache", b * c * kv * d * g.elem)
+        core = len(g.ops)  # scores to context: the attention core selective recomputation runs again
         scores_n = b * heads * self.q * c
         scores = g.act(f"{prefix}.scores.out", scores_n)
         g.matmul(f"{prefix}.scores", Gemm(b * kv, group * self.q, c, d), (q, k), scores)
@@ -248,9 +250,10 @@ class _Decoder:
         g.elementwise(
             f"{prefix}.softmax", "softmax", (masked,), probs, scores_n, saved=(probs.name,), kind=OpKind.SOFTMAX
         )
-        probs = self.dropout(f"{prefix}.dropout", probs)
+        probs = self.dropout(f"{prefix}.probs_dropout", probs)  # apart from the sublayer's {prefix}.dropout
         context = g.act(f"{prefix}.context.out", tokens * heads * d)
         g.matmul(f"{prefix}.context", Gemm(b * kv, group * self.q, d, c), (probs, v), context)
+        g.core.update(range(core, len(g.ops)))
         return self.local(self.linear(f"{prefix}.o_proj", context, tokens, cfg.hidden, heads * d))
 
     def ffn(self, prefix: str, x: TensorAccess, rows: int, experts: int = 1) -> TensorAccess:
@@ -309,7 +312,9 @@ class _Decoder:
         g, cfg = self.g, self.cfg
         x = self.embeddings()
         for i in range(cfg.layers):
+            g.block = i + 1  # full recomputation keeps each layer's input only
             x = self.layer(f"layers.{i}", x)
+        g.block = cfg.layers + 1
         x = self.gathered(self.norm("norm", x))
         rows = self.tokens
         if self.mode.is_generation:  # only the last token's logits choose the next token
