@@ -225,3 +225,39 @@ def test_constant_folding_never_builds_a_large_tensor(tmp_path: Path) -> None:
         tracemalloc.stop()
     assert [op.kind for op in trace.ops] == [OpKind.ELEMENTWISE]
     assert peak < 16 * 2**20
+
+
+@pytest.mark.parametrize("form", ["node", "reciprocal", "div"])
+def test_rms_norm_is_one_layernorm_op(tmp_path: Path, form: str) -> None:
+    """An RMSNormalization node, or the chain an RMSNorm exports as, is one norm op: 4 FLOPs per element."""
+    gain = numpy_helper.from_array(np.linspace(0.5, 1.5, 16, dtype=np.float32), "gain")
+    scalars = [
+        numpy_helper.from_array(np.array(v, dtype=np.float32), n) for n, v in [("two", 2), ("eps", 1e-6), ("one", 1)]
+    ]
+    axes = numpy_helper.from_array(np.array([-1], dtype=np.int64), "axes")
+    if form == "node":
+        nodes = [helper.make_node("RMSNormalization", ["x", "gain"], ["y"], axis=-1)]
+    else:
+        inverse = (
+            helper.make_node("Reciprocal", ["root"], ["inv"])
+            if form == "reciprocal"
+            else helper.make_node("Div", ["one", "root"], ["inv"])
+        )
+        nodes = [
+            helper.make_node("Pow", ["x", "two"], ["sq"]),
+            helper.make_node("ReduceMean", ["sq", "axes"], ["ms"], keepdims=1),
+            helper.make_node("Add", ["ms", "eps"], ["var"]),
+            helper.make_node("Sqrt", ["var"], ["root"]),
+            inverse,
+            helper.make_node("Mul", ["x", "inv"], ["scaled"]),
+            helper.make_node("Mul", ["scaled", "gain"], ["y"]),
+        ]
+    model = _tiny(nodes, [gain, *scalars, axes], batch="n")
+    model.opset_import[0].version = 23
+    path = save(model, tmp_path / "rms.onnx")
+    (op,) = import_onnx(path, batch=4).ops
+    assert (op.kind, op.flops) == (OpKind.LAYERNORM, 4 * 4 * 16)
+    assert [t.name for t in op.reads] == ["x", "gain"]
+    trained = import_onnx(path, Mode.TRAIN, batch=4)
+    norm = next(op for op in trained.ops if op.kind is OpKind.LAYERNORM)
+    assert [t.bytes for t in norm.writes if t.name.endswith("saved_stats")] == [4 * 4]  # one fp32 statistic per row
