@@ -153,3 +153,15 @@ def test_an_imported_decoder_runs_from_the_cli(tmp_path: Path, capsys: pytest.Ca
     assert main([*args, "--seq-len", str(SEQ), "--json"]) == 0
     ref = json.loads(capsys.readouterr().out)
     assert abs(imported["flops"] - ref["flops"]) < 0.01 * ref["flops"]
+
+
+def test_attention_with_a_mask_input_reads_it() -> None:
+    class Masked(torch.nn.Module):
+        def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    q = torch.zeros(2, 4, 8, 16)
+    trace = from_torch(Masked(), (q, q, q, torch.ones(8, 8, dtype=torch.bool)))
+    assert [op.kind for op in trace.ops] == [OpKind.MATMUL, OpKind.ELEMENTWISE, OpKind.SOFTMAX, OpKind.MATMUL]
+    assert trace.ops[1].flops == 2 * 2 * 4 * 8 * 8  # scale and mask
+    assert "mask" in {t.name for t in trace.ops[1].reads}
