@@ -26,8 +26,9 @@ from archsim.spec.common import Precision
 from archsim.spec.library import Library
 from archsim.workloads import build_trace
 from archsim.workloads.onnx_import import import_onnx
+from archsim.workloads.options import TraceOptions
 from archsim.workloads.trace import Mode, OpKind, Trace
-from tests.llm_modules import Config, Decoder, decoder_yaml
+from tests.llm_modules import Config, Decoder, decoder_yaml, past_cache
 
 BATCH, SEQ = 2, 32
 GPT2 = Config()
@@ -35,15 +36,20 @@ LLAMA_SDPA = Config(llama=True, kv_heads=2, sdpa=True)
 MOE = Config(llama=True, kv_heads=2, experts=4)
 
 
-def export(cfg: Config, path: Path, dynamic: bool) -> Path:
-    """``cfg``'s module as ONNX; ``dynamic``: batch and sequence symbolic (bound at import)."""
+def export(cfg: Config, path: Path, dynamic: bool, past: int = 0) -> Path:
+    """``cfg``'s module as ONNX; ``dynamic``: batch and sequence symbolic (bound at import); ``past``:
+    a one-token step with a KV cache of that many tokens."""
     module = Decoder(cfg).eval()
     with torch.no_grad():  # distinct values, or the exporter shares equal initializers (norm gains of 1)
         for param in module.parameters():
             param.normal_()
-    ids = torch.zeros(BATCH, SEQ, dtype=torch.long)
+    inputs = (
+        (torch.zeros(BATCH, 1, dtype=torch.long), past_cache(cfg, BATCH, past))
+        if past
+        else (torch.zeros(BATCH, SEQ, dtype=torch.long),)
+    )
     shapes = {"ids": {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq", max=cfg.max_position)}}
-    torch.onnx.export(module, (ids,), dynamo=True, dynamic_shapes=shapes if dynamic else None).save(str(path))
+    torch.onnx.export(module, inputs, dynamo=True, dynamic_shapes=shapes if dynamic else None).save(str(path))
     return path
 
 
@@ -112,3 +118,13 @@ def test_exported_decoder_runs_from_the_cli(
     assert main(["run", "a100", name, "--lib", str(tmp_path), "--mode", "infer", *sizes, "--json"]) == 0
     ref = json.loads(capsys.readouterr().out)
     assert abs(imported["flops"] - ref["flops"]) < 0.01 * ref["flops"]
+
+
+def test_exported_kv_cache_decode_step_is_the_builtin_decode(tmp_path: Path) -> None:
+    prompt, gen = 24, 7
+    context = prompt + (gen + 1) // 2
+    path = export(LLAMA_SDPA, tmp_path / "step.onnx", dynamic=False, past=context - 1)
+    name = decoder_yaml(LLAMA_SDPA, tmp_path, "onnx-twin")
+    options = TraceOptions(gen_len=gen)
+    ref = build_trace(name, Library([tmp_path]), Mode.DECODE, BATCH, Precision.FP16, prompt, options)
+    assert matrix(import_onnx(path)) == matrix(ref)
