@@ -28,7 +28,7 @@ from typing import Any
 from archsim.errors import SpecError, UsageError
 from archsim.spec.common import Precision
 from archsim.spec.model import Optimizer
-from archsim.workloads.graph import ELEMENT_FLOPS, INT_BYTES, STAT_BYTES, BackwardRule
+from archsim.workloads.graph import ELEMENT_FLOPS, INT_BYTES, MASK_BYTES, STAT_BYTES, BackwardRule
 from archsim.workloads.memory import finish_trace
 from archsim.workloads.options import TraceOptions
 from archsim.workloads.torch_ops import (
@@ -61,7 +61,7 @@ KNOWN = frozenset(
     {"convolution", "mm", "addmm", "bmm", "matmul", "linear", "embedding", "topk", "sort", "layer_norm",
      "native_layer_norm", "softmax", "_softmax", "log_softmax", "_log_softmax", "scaled_dot_product_attention",
      "max_pool2d", "max_pool2d_with_indices", "avg_pool2d", "adaptive_avg_pool2d", "mean", "batch_norm",
-     "_native_batch_norm_legit_no_training", "_native_batch_norm_legit_functional"}
+     "_native_batch_norm_legit_no_training", "_native_batch_norm_legit_functional", "native_dropout"}
 )  # fmt: skip
 """The calls :func:`_node` handles besides the tables'."""
 SUPPORTED = KNOWN | SHAPE_ONLY | set(ELEMENTWISE) | set(UNARY) | REDUCTIONS | MOVES | ACCUMULATES
@@ -165,6 +165,11 @@ def _node(t: TorchGraph, node: Any, op: str) -> bool:
         elements = numel(args[0])
         rule = BackwardRule(tuple(x.name for x in ins[:2]), ELEMENT_FLOPS["norm"][1] * elements)
         g.add(name, OpKind.LAYERNORM, ELEMENT_FLOPS["norm"][0] * elements, ins[:3], (t.out(node),), rule=rule)
+    elif op == "native_dropout":  # training: a 1-byte mask per element, its backward's only saved tensor
+        mask = TensorAccess(f"{name}.mask", numel(node) * MASK_BYTES)
+        out = TensorAccess(name, numel(node) * g.elem)
+        t.live.add(name)
+        g.elementwise(name, "dropout", ins[:1], out, numel(node), saved=(mask.name,), extra_writes=(mask,))
     elif op in ("softmax", "_softmax", "log_softmax", "_log_softmax"):
         out = t.out(node)
         g.elementwise(name, "softmax", ins[:1], out, numel(node), saved=(out.name,), kind=OpKind.SOFTMAX)

@@ -189,7 +189,7 @@ def reduction(t: TorchGraph, node: Any, op: str) -> None:
     elements = numel(source)
     flops = elements
     if op == "sort":
-        dim = int(node.args[1]) if len(node.args) > 1 and isinstance(node.args[1], int) else -1
+        dim = int(node.kwargs.get("dim", node.args[1] if len(node.args) > 1 and isinstance(node.args[1], int) else -1))
         flops = elements * max(1, math.ceil(math.log2(max(2, shape(source)[dim] if shape(source) else 1))))
     reads, out = t.reads(node), t.out(node)
     t.g.add(str(node.name), OpKind.ELEMENTWISE, flops, reads, (out,), rule=BackwardRule((), elements))
