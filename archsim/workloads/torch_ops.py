@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from archsim.errors import SpecError
 from archsim.spec.common import Precision
 from archsim.workloads.graph import ELEMENT_FLOPS, INT_BYTES, MASK_BYTES, STAT_BYTES, BackwardRule, GraphBuilder
 from archsim.workloads.onnx_import.ops import ELEMENTWISE_FLOPS as ONNX_FLOPS
@@ -86,16 +87,27 @@ def _value(node: Any) -> Any:
     return node.meta.get("val") if hasattr(node, "meta") else None
 
 
+def dims(value: Any, node: Any) -> tuple[int, ...]:
+    """The sizes of tensor ``value`` (of ``node``); a size known only at run time is a SpecError."""
+    try:
+        return tuple(int(d) for d in value.shape)
+    except Exception:  # an unbacked symbol: torch raises its own guard error
+        raise SpecError(
+            "torch",
+            str(node.name),
+            "a shape that depends on the data (nonzero, or where on a mask, as MoE loops over experts do); "
+            "archsim needs static shapes: route tokens into fixed-size expert buffers",
+        ) from None
+
+
 def shape(node: Any) -> tuple[int, ...]:
     """The shape of ``node``'s value (of its first output for a tuple)."""
-    from archsim.errors import SpecError
-
     value = _value(node)
     if isinstance(value, tuple | list) and value:  # batch norm, layer norm, pools with indices: the output first
         value = value[0]
     if value is None or not hasattr(value, "shape"):
         raise SpecError("torch", str(node.name), "the exported graph has no shape for this value")
-    return tuple(int(d) for d in value.shape)
+    return dims(value, node)
 
 
 def numel(node: Any) -> int:
@@ -148,7 +160,7 @@ class TorchGraph:
             if hasattr(out, "shape"):
                 bool_ = str(out.dtype) == "torch.bool"
                 size = MASK_BYTES if bool_ else self.g.elem if out.dtype.is_floating_point else INT_BYTES
-                total += math.prod(int(d) for d in out.shape) * size
+                total += math.prod(dims(out, node)) * size
         return total
 
     def access(self, node: Any) -> TensorAccess:

@@ -165,3 +165,25 @@ def test_attention_with_a_mask_input_reads_it() -> None:
     assert [op.kind for op in trace.ops] == [OpKind.MATMUL, OpKind.ELEMENTWISE, OpKind.SOFTMAX, OpKind.MATMUL]
     assert trace.ops[1].flops == 2 * 2 * 4 * 8 * 8  # scale and mask
     assert "mask" in {t.name for t in trace.ops[1].reads}
+
+
+def test_data_dependent_routing_is_refused_in_one_line() -> None:
+    """MoE written as a loop over experts with ``where(chosen == e)`` has shapes known only at run time."""
+
+    class LoopMoe(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.router = torch.nn.Linear(8, 4)
+            self.experts = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(4))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            gates, chosen = self.router(x).softmax(-1).topk(2)
+            out = torch.zeros_like(x)
+            for e, expert in enumerate(self.experts):
+                rows, slot = torch.where(chosen == e)
+                out = out.index_add(0, rows, expert(x[rows]) * gates[rows, slot, None])
+            return out
+
+    with pytest.raises(SpecError, match="a shape that depends on the data") as err:
+        from_torch(LoopMoe(), (torch.zeros(16, 8),))
+    assert "\n" not in str(err.value)
