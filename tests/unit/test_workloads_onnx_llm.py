@@ -32,13 +32,15 @@ from tests.llm_modules import Config, Decoder, decoder_yaml, past_cache
 
 BATCH, SEQ = 2, 32
 GPT2 = Config()
+GPT2_SDPA = Config(sdpa=True)
 LLAMA_SDPA = Config(llama=True, kv_heads=2, sdpa=True)
 MOE = Config(llama=True, kv_heads=2, experts=4)
 
 
-def export(cfg: Config, path: Path, dynamic: bool, past: int = 0) -> Path:
+def export(cfg: Config, path: Path, dynamic: bool, past: int = 0, opset: int | None = None) -> Path:
     """``cfg``'s module as ONNX; ``dynamic``: batch and sequence symbolic (bound at import); ``past``:
-    a one-token step with a KV cache of that many tokens."""
+    a one-token step with a KV cache of that many tokens; ``opset`` 23 writes Attention and
+    RMSNormalization nodes."""
     module = Decoder(cfg).eval()
     with torch.no_grad():  # distinct values, or the exporter shares equal initializers (norm gains of 1)
         for param in module.parameters():
@@ -49,7 +51,9 @@ def export(cfg: Config, path: Path, dynamic: bool, past: int = 0) -> Path:
         else (torch.zeros(BATCH, SEQ, dtype=torch.long),)
     )
     shapes = {"ids": {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq", max=cfg.max_position)}}
-    torch.onnx.export(module, inputs, dynamo=True, dynamic_shapes=shapes if dynamic else None).save(str(path))
+    torch.onnx.export(
+        module, inputs, dynamo=True, dynamic_shapes=shapes if dynamic else None, opset_version=opset
+    ).save(str(path))
     return path
 
 
@@ -128,3 +132,19 @@ def test_exported_kv_cache_decode_step_is_the_builtin_decode(tmp_path: Path) -> 
     options = TraceOptions(gen_len=gen)
     ref = build_trace(name, Library([tmp_path]), Mode.DECODE, BATCH, Precision.FP16, prompt, options)
     assert matrix(import_onnx(path)) == matrix(ref)
+
+
+def test_opset_23_attention_and_rms_nodes(tmp_path: Path) -> None:
+    """At opset 23 the exporter writes SDPA as Attention and RMSNorm as RMSNormalization nodes."""
+    name = decoder_yaml(GPT2_SDPA, tmp_path, "onnx-twin")
+    ref = build_trace(name, Library([tmp_path]), Mode.INFER, BATCH, Precision.FP16, SEQ)
+    trace = import_onnx(export(GPT2_SDPA, tmp_path / "gpt2.onnx", dynamic=False, opset=23))
+    assert sorted(str(op.gemm) for op in trace.ops if op.gemm) == sorted(str(op.gemm) for op in ref.ops if op.gemm)
+    assert abs(total(trace) - total(ref)) < 0.01 * total(ref)
+    prompt, gen = 24, 7
+    path = export(LLAMA_SDPA, tmp_path / "step.onnx", dynamic=False, past=prompt + (gen + 1) // 2 - 1, opset=23)
+    name = decoder_yaml(LLAMA_SDPA, tmp_path, "onnx-twin")
+    ref = build_trace(name, Library([tmp_path]), Mode.DECODE, BATCH, Precision.FP16, prompt, TraceOptions(gen_len=gen))
+    step = import_onnx(path)
+    assert matrix(step) == matrix(ref)
+    assert sum(op.kind is OpKind.LAYERNORM for op in step.ops) == 2 * LLAMA_SDPA.layers + 1

@@ -26,6 +26,9 @@ Ops, with their FLOPs (a MAC is 2; per-element counts are modelling assumptions,
   operand's leading dimensions into ``m`` (a linear layer); otherwise the broadcast batch dimensions
   are the Gemm ``batch`` (attention's ``Q @ K^T`` and ``probs @ V``). A ``MatMul`` whose only consumer
   is an ``Add`` of a 1-D weight is one op with the bias as its third read, as the built-in linear layers.
+* ``Attention`` (opset 23) -> scores ``Q K^T``, scale and mask, softmax and context ``P V`` as the
+  built-in decoder builds attention (grouped K/V heads kept; a ``past_key``/``past_value`` cache is
+  copied into ``present`` and read whole; :mod:`~archsim.workloads.onnx_import.attention`).
 * ``BatchNormalization`` -> ``batchnorm`` (5 FLOPs per element in training, with batch statistics
   written for backward; 2 in inference); the running mean and variance are one fp32 state tensor.
   ``LayerNormalization``, ``InstanceNormalization``, ``GroupNormalization`` -> ``layernorm`` (5 per

@@ -24,6 +24,7 @@ from archsim.workloads.graph import (
     ForwardGraph,
     GraphBuilder,
 )
+from archsim.workloads.onnx_import.attention import attention
 from archsim.workloads.onnx_import.load import BOOL_TYPES, FLOAT_TYPES, TensorInfo, node_attrs
 from archsim.workloads.onnx_import.norms import find_rms_norms, norm, rms_norm
 from archsim.workloads.onnx_import.ops import (
@@ -364,6 +365,7 @@ class Importer:
             "BatchNormalization": self.batchnorm,
             "Gather": self.gather,
             "Dropout": self.dropout,
+            "Attention": partial(attention, self),
             **dict.fromkeys(NORMS, partial(norm, self)),
             **dict.fromkeys(ELEMENTWISE_FLOPS, self.elementwise),
             **dict.fromkeys(REDUCTIONS, self.reduction),

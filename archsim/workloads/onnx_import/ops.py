@@ -77,7 +77,7 @@ SHAPE_OPS = frozenset({"Shape", "Size", "Constant", "ConstantOfShape", "Range", 
 NORMS = frozenset({"LayerNormalization", "InstanceNormalization", "GroupNormalization", "RMSNormalization"})
 POOLS = frozenset({"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"})
 SUPPORTED = frozenset(
-    {"Conv", "Gemm", "MatMul", "BatchNormalization", "Gather", "Dropout"}
+    {"Conv", "Gemm", "MatMul", "BatchNormalization", "Gather", "Dropout", "Attention"}
     | NORMS
     | set(ELEMENTWISE_FLOPS)
     | REDUCTIONS
