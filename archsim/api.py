@@ -41,11 +41,15 @@ def simulate(
     bucket_bytes: int | None = None,
     overlap: bool = True,
     fusion: str | Fusion | None = None,
-    recompute: bool | None = None,
+    recompute: bool | str | None = None,
     streaming_memory: str | StreamingMemory = StreamingMemory.NONE,
     prompt_len: int | None = None,
     gen_len: int | None = None,
     software: str | None = None,
+    tensor_parallel: int = 1,
+    sequence_parallel: bool = False,
+    interleave: int = 1,
+    zero: int = 0,
 ) -> RunResult:
     """Replay ``workload`` on ``target`` and return the run's records.
 
@@ -55,8 +59,9 @@ def simulate(
     None means the chip's default (fp16, or bf16 on TPUs). Bad arguments raise
     :class:`~archsim.errors.ArchsimError` subclasses naming the argument. ``software`` names the
     stack that runs the graph (``software/``; None: the chip's default, see :mod:`archsim.stack`);
-    ``fusion`` (``none`` or ``norm-act``) and ``recompute`` override what that stack does (None: as
-    it does; :class:`~archsim.workloads.options.TraceOptions`). ``streaming_memory`` (``none``,
+    ``fusion`` (``none`` or ``norm-act``) and ``recompute`` (``none``, ``selective`` or ``full``; True
+    is ``full``, False ``none``) override what that stack does (None: as it does;
+    :class:`~archsim.workloads.options.Recompute`). ``streaming_memory`` (``none``,
     ``optimizer-state`` or ``all``) says what an IPU may keep in streaming memory instead of
     In-Processor Memory (:mod:`archsim.memory_fit`; other chips ignore it); a step that does not fit
     is refused with :class:`~archsim.errors.CapacityError` naming the largest batch that fits.
@@ -66,7 +71,8 @@ def simulate(
 
     ``target`` may also be a multi-chip system (``interconnect/systems/``); the keyword arguments
     then spread the workload over it (see :class:`archsim.run.request.Layout`, where they are
-    documented): ``batch`` is per data-parallel replica and ``nodes`` scales the system out.
+    documented): ``batch`` is per data-parallel replica and ``nodes`` scales the system out; ``zero``
+    (0..3) shards a data-parallel training step's state (:mod:`archsim.workloads.zero`).
     """
     request = RunRequest.of(
         target,
@@ -88,5 +94,9 @@ def simulate(
         fusion=fusion,
         recompute=recompute,
         streaming_memory=streaming_memory,
+        tensor_parallel=tensor_parallel,
+        sequence_parallel=sequence_parallel,
+        interleave=interleave,
+        zero=zero,
     )
     return run(request, library or Library(search_path)).result

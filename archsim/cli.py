@@ -97,10 +97,19 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--recompute",
-        action=argparse.BooleanOptionalAction,
+        nargs="?",
+        const="full",
+        choices=["none", "selective", "full"],
         default=None,
-        help="training: keep checkpoints only and recompute the other activations in the backward pass "
-        "(default: what the software does)",
+        help="training: what the backward pass recomputes instead of keeping: none, selective (a decoder's "
+        "attention core) or full (checkpoints only; a bare --recompute) (default: what the software does)",
+    )
+    parser.add_argument(
+        "--no-recompute",
+        dest="recompute",
+        action="store_const",
+        const="none",
+        help="the same as --recompute none",
     )
 
 

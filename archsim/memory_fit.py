@@ -26,14 +26,15 @@ A refused step names the largest batch that fits and the options that would make
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from archsim.errors import CapacityError
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import StreamingMemory
 from archsim.units import format_bytes
-from archsim.workloads.memory import update_only_bytes
+from archsim.workloads.memory import trace_recompute, update_only_bytes
+from archsim.workloads.options import Recompute
 from archsim.workloads.trace import Mode, Trace
 
 ONCHIP_NAME = "In-Processor Memory"
@@ -147,20 +148,35 @@ def one_chip_cannot_hold(chip: ChipSpec, trace: Trace) -> str | None:
     )
 
 
+@dataclass(frozen=True)
+class Change:
+    """A change to a run that may make its step fit: the flags that ask for it, and whether it does."""
+
+    flags: str
+    """How to ask for it (``--zero 2``, ``--pipeline-stages 4``)."""
+    fits: Callable[[], bool]
+    """Whether the step fits with it (checked by building and measuring the changed step)."""
+
+
 def check_needs(
     chip: ChipSpec,
     streaming: StreamingMemory,
     trace: Trace,
     needs_of: Callable[[Trace], list[Need]],
-    rebuild: Callable[[int, bool], Trace] | None,
+    rebuild: Callable[[int, Recompute], Trace] | None,
     field: str = "--batch",
+    changes: Sequence[Change] | None = None,
 ) -> None:
     """Refuse (one line, :class:`~archsim.errors.CapacityError`) a step one of whose chips does not fit.
 
     ``needs_of`` gives what each chip of a step on ``trace`` holds; ``rebuild(batch, recompute)``
-    builds the same workload at another (micro-)batch, with or without recomputation (None: the
+    builds the same workload at another (micro-)batch, recomputing ``recompute`` (None: the
     workload fixes its batch). The message names the largest batch that fits and the options that
-    would make this one fit, each checked.
+    would make this one fit, each checked. A decoder's training step names instead the smallest
+    change that fits, the first of (:func:`smallest_change`): full recomputation, ``changes`` in
+    their order (what only the run layer can check: a higher ZeRO stage, more pipeline stages; tensor
+    parallelism joins there; None on a chip, whose message then says what a system could change), a
+    smaller (micro-)batch.
     """
 
     def all_fit(candidate: Trace, option: StreamingMemory) -> bool:
@@ -171,15 +187,17 @@ def check_needs(
     if not failing:
         return
     worst = max(failing, key=lambda n: held_bytes(chip, streaming, n.bytes, n.update_only))
-    recompute = trace.meta.get("recompute") == "true"
+    recompute = trace_recompute(trace)
     unit = "batch" if field == "--batch" else "micro-batch"
     remedies: list[str] = []
+    size = 0
     if rebuild is None:
         largest = "the workload fixes its batch"
     else:
         size = largest_fitting(lambda b: all_fit(rebuild(b, recompute), streaming), trace.batch)
         largest = f"the largest {unit} that fits is {size}" if size else f"not even a {unit} of 1 fits"
-        if trace.mode is Mode.TRAIN and not recompute and all_fit(rebuild(trace.batch, True), streaming):
+        full = Recompute.FULL
+        if trace.mode is Mode.TRAIN and recompute is not full and all_fit(rebuild(trace.batch, full), streaming):
             remedies.append("--recompute")
     order = list(StreamingMemory)
     if has_streaming_memory(chip):
@@ -193,8 +211,35 @@ def check_needs(
         f"{worst.what} needs {format_bytes(held)}, more than the chip's "
         f"{format_bytes(limit_bytes(chip, streaming))} of {memory_name(chip, streaming)}; {largest}"
     )
+    if rebuild is not None and trace.mode is Mode.TRAIN and trace.meta.get("architecture") == "decoder":
+        ordered = list(changes or ())
+        if recompute is not Recompute.FULL:
+            full_fits = "--recompute" in remedies
+            ordered.insert(0, Change("--recompute full", lambda: full_fits))
+        if size:
+            smaller = f"--batch {size}" if field == "--batch" else f"micro-batches of {size} (more --microbatches)"
+            ordered.append(Change(smaller, lambda: True))
+        named = smallest_change(ordered)
+        problem += "; " + named
+        if changes is None:  # a chip: what a system could change is not checked here
+            problem += "; on a system, --zero or --pipeline-stages divide its training state"
+        remedies = [r for r in remedies if r != "--recompute"]
+        if remedies:
+            also = " also" if named.startswith("the smallest") else ""
+            problem += f"; it{also} fits with " + ", or ".join(remedies)
+        raise CapacityError(chip.name, field, problem)
     if remedies:
         problem += "; it fits with " + ", or ".join(remedies)
     if trace.parameters and not trace.mode.is_generation:  # generation runs data parallel only
         problem += "; more pipeline stages (--pipeline-stages, on a system) divide its weights"
     raise CapacityError(chip.name, field, problem)
+
+
+def smallest_change(changes: Sequence[Change]) -> str:
+    """The first of ``changes`` that fits, as a refusal says it (each checked only until one fits)."""
+    for change in changes:
+        if change.fits():
+            return f"the smallest change that fits is {change.flags}"
+    if not changes:
+        return "no other change to try"
+    return f"none of {', '.join(change.flags for change in changes)} fits alone"

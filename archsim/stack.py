@@ -17,7 +17,7 @@ from archsim.spec.library import Library
 from archsim.spec.software import Rewrite, SoftwareSpec
 from archsim.workloads.conv import is_conv
 from archsim.workloads.gemm import is_gemm
-from archsim.workloads.options import TraceOptions
+from archsim.workloads.options import Recompute, TraceOptions
 from archsim.workloads.trace import LAUNCH_KERNEL, Mode, Trace
 
 
@@ -51,12 +51,13 @@ def stack_options(
     mode: Mode,
     precision: Precision,
     fusion: Fusion | None,
-    recompute: bool | None,
+    recompute: Recompute | bool | None,
     gen_len: int | None = None,
 ) -> TraceOptions:
     """Trace options of a run: the stack's rewrites with the explicit ``fusion``/``recompute`` over them.
 
-    ``fusion`` None and ``recompute`` None keep what the stack does; a value replaces it. ``gen_len``
+    ``fusion`` None and ``recompute`` None keep what the stack does; a value replaces it (``recompute``
+    True is ``full``, False ``none``). ``gen_len``
     is a decode run's generation length (:class:`~archsim.workloads.options.TraceOptions`).
     """
     rewrites = set(software.rewrites_for(mode.value, precision))
@@ -66,7 +67,8 @@ def stack_options(
         rewrites.discard(Rewrite.RECOMPUTE)
     if mode is not Mode.TRAIN:
         rewrites.discard(Rewrite.RECOMPUTE)
-    return TraceOptions(fusion or Fusion.NONE, bool(recompute), frozenset(rewrites), gen_len=gen_len)
+    level = Recompute.NONE if recompute is None else Recompute.of(recompute)
+    return TraceOptions(fusion or Fusion.NONE, level, frozenset(rewrites), gen_len=gen_len)
 
 
 def stack_efficiency(

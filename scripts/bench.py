@@ -36,6 +36,9 @@ prints its best throughput per mm^2, the figure the search is compared with.
 
 ``--stages`` times only the stages of one run in-process and a warm ``simulate()`` call.
 
+With or without ``--quick``, a table of fresh processes that only start Python, import pydantic, and
+import what ``archsim run`` imports shows where a cold run's time goes.
+
 ``--suite N`` times the whole test suite (``python -m pytest``, as configured: in parallel on every
 core) N times and prints each run's summary line.
 """
@@ -84,12 +87,13 @@ CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECOD
 """Environment of every timed process: bytecode caches on, the library cache in a folder of the bench's own."""
 
 
-def time_process(args: list[str], repeat: int, empty_cache: bool = False) -> list[float]:
-    """Wall seconds of ``python -m archsim.cli ARGS``, one warm-up then ``repeat`` counted runs.
+def time_process(args: list[str], repeat: int, empty_cache: bool = False, module: bool = True) -> list[float]:
+    """Wall seconds of ``python -m archsim.cli ARGS`` (``python ARGS`` without ``module``), one warm-up then
+    ``repeat`` counted runs.
 
     With ``empty_cache`` each run gets a new, empty library cache folder.
     """
-    command = [sys.executable, "-m", "archsim.cli", *args]
+    command = [sys.executable, *(["-m", "archsim.cli"] if module else []), *args]
     subprocess.run(command, check=True, capture_output=True, env=CHILD_ENV)
     times = []
     for _ in range(repeat):
@@ -99,6 +103,22 @@ def time_process(args: list[str], repeat: int, empty_cache: bool = False) -> lis
             subprocess.run(command, check=True, capture_output=True, env=env)
             times.append(time.perf_counter() - start)
     return times
+
+
+START_UP = [
+    ("python start-up", "pass"),
+    ("+ import pydantic (BaseModel)", "from pydantic import BaseModel, Field"),
+    ("+ import archsim's run command", "import archsim.commands.run"),
+]
+"""Where a cold ``archsim run`` spends its time: fresh processes, each importing more than the last."""
+
+
+def bench_start_up(repeat: int) -> None:
+    """The start-up cases: the cold run row less the last of them is the run itself."""
+    print(f"\nwhere a cold run's time goes (fresh process each, {repeat} runs after a warm-up)")
+    print(f"{'case':<34} {'median ms':>9} {'min ms':>9} {'max ms':>9}")
+    for label, code in START_UP:
+        print(row(label, time_process(["-c", code], repeat, module=False)), flush=True)
 
 
 def bench_against(other: Path, repeat: int) -> None:
@@ -184,6 +204,31 @@ SYSTEM_CASES = [
     ("1024 TPUv3: tpu-v3-pod rn50", ["run", "tpu-v3-pod", "resnet50", "--mode", "train", "--json"]),
     ("1024 H100: dgx-h100 x128 rn50", ["run", "dgx-h100", "resnet50", "--mode", "train", "--nodes", "128", "--json"]),
     ("8 V100: dgx1 rn50 b192", ["run", "dgx1", "resnet50", "--mode", "train", "--batch", "192", "--json"]),
+    # GPT-3 175B on 1,024 A100: TP 8 in each DGX, PP 8 across nodes, DP 16, global batch 1536 (budget: 10 s, 2 GB)
+    (
+        "1024 A100: gpt3-175b tp8 pp8 dp16",
+        [
+            "run",
+            "dgx-a100",
+            "gpt3-175b",
+            "--mode",
+            "train",
+            "--nodes",
+            "128",
+            "--tensor-parallel",
+            "8",
+            "--pipeline-stages",
+            "8",
+            "--batch",
+            "96",
+            "--microbatches",
+            "96",
+            "--seq-len",
+            "2048",
+            "--recompute",
+            "--json",
+        ],
+    ),
 ]
 
 
@@ -446,6 +491,7 @@ def main() -> None:
     for label, cli_args in CLI_CASES[: 2 if args.quick else None]:
         print(row(label, time_process(cli_args, args.repeat)), flush=True)
     print(row("v100 resnet50 infer, empty cache", time_process(CLI_CASES[0][1], args.repeat, True)), flush=True)
+    bench_start_up(args.repeat)
     if args.quick:
         return
     bench_systems(args.repeat)

@@ -54,7 +54,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-overlap", action="store_true", help="all-reduce gradients after the backward pass, not during it"
     )
     group.add_argument(
+        "--zero",
+        type=int,
+        choices=[0, 1, 2, 3],
+        default=0,
+        metavar="STAGE",
+        help="ZeRO stage of a data-parallel training run: 1 shards the optimizer state (Megatron's distributed "
+        "optimizer), 2 also gradients, 3 also weights (default 0: none)",
+    )
+    group.add_argument(
         "--timeline", default=None, metavar="FILE", help="write a Chrome/Perfetto trace-event JSON of the step"
+    )
+    group.add_argument(
+        "--tensor-parallel",
+        type=positive_int,
+        default=1,
+        metavar="T",
+        help="chips that split each layer of a decoder model (Megatron-LM; default 1)",
+    )
+    group.add_argument(
+        "--sequence-parallel",
+        action="store_true",
+        help="with --tensor-parallel: norms and residual adds on 1/T of the tokens, reduce-scatter + all-gather",
+    )
+    group.add_argument(
+        "--interleave",
+        type=positive_int,
+        default=1,
+        metavar="V",
+        help="model chunks per pipeline stage: interleaved 1F1B (default 1)",
     )
 
 
@@ -80,6 +108,10 @@ def simulate_args(args: argparse.Namespace) -> RunResult:
         fusion=args.fusion,
         recompute=args.recompute,
         streaming_memory=args.streaming_memory,
+        tensor_parallel=args.tensor_parallel,
+        sequence_parallel=args.sequence_parallel,
+        interleave=args.interleave,
+        zero=args.zero,
     )
     output = run(request, Library(args.lib), record=args.timeline is not None)
     if args.timeline is not None:
@@ -97,6 +129,13 @@ def scaling_line(result: RunResult) -> str:
     )
 
 
+def gradient_collectives(result: RunResult) -> str:
+    """What the step's gradients go through: an all-reduce, or ZeRO's reduce-scatter and all-gathers."""
+    if result.zero == 0:
+        return "all-reduce"
+    return f"reduce-scatter and all-gather, ZeRO stage {result.zero}"
+
+
 def summary_lines(result: RunResult) -> list[str]:
     """The multi-chip lines of the human summary (none for a single chip)."""
     if result.system is None:
@@ -106,11 +145,18 @@ def summary_lines(result: RunResult) -> list[str]:
         f"{result.data_parallel} x pipeline {result.pipeline_stages}, global batch {result.global_batch}",
         scaling_line(result),
         f"communication {format_time(result.comm_s)} in flight, {format_time(result.exposed_comm_s)} exposed"
-        + (f" ({result.collective} all-reduce)" if result.collective else ""),
+        + (f" ({result.collective} {gradient_collectives(result)})" if result.collective else ""),
     ]
+    if result.tensor_parallel > 1:
+        lines.append(
+            f"tensor par.   {result.tensor_parallel} chips per layer"
+            + (", sequence parallel" if result.sequence_parallel else "")
+        )
     if result.pipeline_stages > 1:
         lines.append(
-            f"pipeline      {result.schedule}, {result.microbatches} microbatches, bubble "
+            f"pipeline      {result.schedule}"
+            + (f" interleaved x{result.interleave}" if result.interleave > 1 else "")
+            + f", {result.microbatches} microbatches, bubble "
             f"{format_time(result.bubble_s)} per stage ({100 * result.bubble_fraction:.1f}% of the pipeline)"
         )
     elif result.microbatches > 1:

@@ -8,7 +8,6 @@ from typing import Any
 from archsim.cli import HELP, add_memory_argument, add_trace_arguments, positive_int
 from archsim.commands import multichip, scalesim, training
 from archsim.errors import UsageError
-from archsim.models.systolic_layer import StallModel
 from archsim.results.records import to_json
 from archsim.results.table import layer_table, summary_lines
 from archsim.spec.common import Precision
@@ -60,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
             or args.batch
             or args.precision
             or args.seq_len
-            or args.recompute
+            or args.recompute not in (None, "none")
             or args.prompt_len
             or args.gen_len
         ):
@@ -73,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
         if args.fusion is not None or args.software is not None:
             flag = "--fusion" if args.fusion is not None else "--software"
             raise UsageError(args.target, flag, "does not apply to SCALE-Sim files")
+        from archsim.models.systolic_layer import StallModel  # the array model: loaded for SCALE-Sim files only
+
         args.config, args.topology, args.model = args.target, args.workload, StallModel.SCALESIM.value
         return scalesim.run(args)
     training.check_args(args)

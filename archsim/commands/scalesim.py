@@ -12,11 +12,12 @@ import argparse
 from typing import Any
 
 from archsim.cli import HELP
-from archsim.models.systolic_layer import StallModel
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     """Register ``archsim scalesim``."""
+    from archsim.models.systolic_layer import StallModel  # the array model: not for `archsim run` of a chip
+
     parser = sub.add_parser("scalesim", parents=[common], help=HELP["scalesim"])
     parser.add_argument("config", help="SCALE-Sim configuration (.cfg)")
     parser.add_argument("topology", help="SCALE-Sim topology (.csv, convolution or M,N,K GEMM format)")
@@ -39,6 +40,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run and print the per-layer table or the JSON object."""
+    from archsim.models.systolic_layer import StallModel
     from archsim.results.scalesim import run_scalesim  # SCALE-Sim's file readers: not for other runs
 
     result = run_scalesim(args.config, args.topology, StallModel(args.model))

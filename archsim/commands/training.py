@@ -69,6 +69,9 @@ def extend_args(result: RunResult, args: argparse.Namespace) -> RunResult:
         "fusion": args.fusion,
         "recompute": args.recompute,
         "streaming_memory": args.streaming_memory,
+        "tensor_parallel": getattr(args, "tensor_parallel", 1),
+        "sequence_parallel": getattr(args, "sequence_parallel", False),
+        "interleave": getattr(args, "interleave", 1),
     }
     library = Library(args.lib)
     return extend(

@@ -42,11 +42,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import simpy
-
-from archsim.engine.lanes import DEFAULT_CHUNK_BYTES, MAX_CHUNKS, LaneMap
+from archsim.engine.lanes import MAX_CHUNKS, LaneMap
 from archsim.engine.network import Direction, LaneId, RepNetwork, Route, send
+from archsim.engine.options import DEFAULT_CHUNK_BYTES
 from archsim.engine.plans import (
     Collective,
     Phase,
@@ -63,6 +63,9 @@ from archsim.errors import LimitError
 from archsim.models.interconnect import Fabric, TierKind
 from archsim.models.placement import place
 from archsim.spec.system import Algorithm
+
+if TYPE_CHECKING:
+    import simpy
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
@@ -184,7 +187,10 @@ class CollectiveEngine(LaneMap):
                 per_tier.append(
                     self._stride_routes(t, stage)
                     if tier.kind is TierKind.RING
-                    else [self.net.route(t, [LaneId(f"chip{stage}", Direction.OUT, i)]) for i in range(tier.lanes)]
+                    else [
+                        self.net.route(t, [LaneId(f"chip{stage}", Direction.OUT, i)])
+                        for i in range(max(1, tier.lanes // groups.sharers))
+                    ]
                 )
                 continue
             member = groups.member_of(stage)
@@ -394,6 +400,8 @@ def simulate_collective(
     own group (``nbytes`` each), sharing links as they would in training. ``launch_s`` is paid once
     before the first byte moves (a collective library's launch latency).
     """
+    import simpy  # loaded only where SimPy runs (a one-chip run never does)
+
     env = simpy.Environment()
     statistics = LinkStatistics()
     net = RepNetwork(env, fabric, [statistics])

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
-import simpy
+from typing import TYPE_CHECKING
 
 from archsim.engine.network import Direction, LaneId, RepNetwork, Route, send
+from archsim.engine.options import DEFAULT_CHUNK_BYTES
 from archsim.models.interconnect import TierKind
 from archsim.models.placement import Placement
 
-DEFAULT_CHUNK_BYTES = 512 * 2**10
-"""Pipelining chunk (512 KiB, the slot size of NCCL's default 4 MiB buffer over its 8 steps)."""
+if TYPE_CHECKING:
+    import simpy
+
 MAX_CHUNKS = 16
 """Most chunks a ring step is cut into; larger steps use larger chunks (bounds the event count)."""
 
@@ -67,7 +68,8 @@ class LaneMap:
         tier = groups.tier
         lanes = tier.lanes * tier.directions
         if groups.stride > 1:  # the pipeline tier: each stage's chip is its own representative
-            return [(f"chip{stage}", list(range(lanes)), lanes)]
+            own = max(1, lanes // groups.sharers)  # its tensor-parallel peers in the member drive the others
+            return [(f"chip{stage}", list(range(own)), own)]
         member = groups.member_of(stage)
         stage_of = groups.member_stages[member]
         everyone = self.placement.active_chips(tier_index, member, collapsed, None)

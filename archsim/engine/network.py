@@ -22,11 +22,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
-
-import simpy
+from typing import TYPE_CHECKING, Protocol
 
 from archsim.models.interconnect import Fabric, Tier
+
+if TYPE_CHECKING:
+    import simpy
 
 
 class Direction(enum.StrEnum):
@@ -71,6 +72,8 @@ class Lane:
     resource: simpy.Resource = field(init=False)
 
     def __post_init__(self) -> None:
+        import simpy  # loaded where a network is built, never by a one-chip run
+
         self.resource = simpy.Resource(self.env, capacity=1)
 
     @property

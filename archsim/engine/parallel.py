@@ -27,16 +27,17 @@ for it. Link statistics and timelines attach to that network as observers (``obs
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-
-import simpy
+from typing import TYPE_CHECKING
 
 from archsim.engine.collectives import DEFAULT_CHUNK_BYTES, Collective, CollectiveEngine, check_flat_ring_budget
 from archsim.engine.network import Direction, Lane, LaneId, LinkObserver, RepNetwork, Route
+from archsim.engine.options import Schedule as Schedule  # re-exported: its home was here
 from archsim.engine.records import Block, BlockKind, CollectiveRecord
 from archsim.engine.replay import OpTiming, schedule_ops
+from archsim.engine.schedules import interleaved_order
+from archsim.engine.schedules import stage_order as stage_order
 from archsim.errors import UsageError
 from archsim.models.base import OpCost
 from archsim.models.interconnect import Fabric, TierKind
@@ -45,15 +46,11 @@ from archsim.spec.system import Algorithm
 from archsim.workloads.trace import CommGroup, CommKind, Op
 from archsim.workloads.transforms import DEFAULT_BUCKET_BYTES
 
+if TYPE_CHECKING:
+    import simpy
+
 COLLECTIVES = frozenset(c.value for c in Collective)
 """The communication kinds the collective engine runs (by their names)."""
-
-
-class Schedule(enum.StrEnum):
-    """Pipeline schedules."""
-
-    GPIPE = "gpipe"
-    ONE_F_ONE_B = "1f1b"
 
 
 @dataclass(frozen=True)
@@ -126,19 +123,22 @@ def data_parallel_step(
 ) -> DataParallelOutcome:
     """One data-parallel step of ``ops``: compute ops on the chip, communication ops on the links.
 
-    ``costs`` are the compute ops' costs from the chip's model (None for a communication op). A
+    ``costs`` are the compute ops' costs from the chip's model (None for a communication op; an
+    in-stream one, tensor parallel, has its cost and runs as a compute op, in order with them). A
     communication op runs as ``options`` say unless ``plans`` holds a plan for its index. Plans see
     the links through their own protocol, so each runs on its own copy of the representative network;
     the communication stream runs one op at a time, so no two of them ever share a link, and what a
     copy's lane carries is reported to ``observers`` as the representative network's lane of the same
     tier and place (statistics, a timeline). The outcome's timings are the compute ops', in trace order.
     """
+    import simpy  # loaded only where SimPy runs (a one-chip run never does)
+
     env = simpy.Environment()
     net = RepNetwork(env, placement.fabric, observers)
     engine = CollectiveEngine(net, placement, options.chunk_bytes, launch_s=options.launch_s)
-    comms = [i for i, op in enumerate(ops) if op.comm is not None]
+    comms = [i for i, op in enumerate(ops) if op.comm is not None and not op.comm.in_stream]
     _check_comm(ops, comms, placement)
-    compute = [i for i, op in enumerate(ops) if op.comm is None]
+    compute = [i for i, op in enumerate(ops) if op.comm is None or op.comm.in_stream]
     position = {i: k for k, i in enumerate(compute)}
     done = {i: env.event() for i in comms}
     local: list[Op] = []
@@ -162,7 +162,7 @@ def data_parallel_step(
             return engine, options.algorithm
         if plan not in engines:
             copy = RepNetwork(env, plan.fabric, [_OnNetwork(net)])
-            placed = place(plan.fabric, placement.stages)
+            placed = place(plan.fabric, placement.stages, tensor_parallel=placement.tensor_parallel)
             engines[plan] = CollectiveEngine(copy, placed, plan.chunk_bytes, launch_s=plan.launch_s)
         return engines[plan], plan.algorithm
 
@@ -276,23 +276,6 @@ class PipelineOutcome:
     comm: CommLog
 
 
-def stage_order(
-    schedule: Schedule, stage: int, stages: int, microbatches: int, train: bool
-) -> list[tuple[BlockKind, int]]:
-    """The blocks stage ``stage`` runs, in order: (forward or backward, microbatch)."""
-    m = microbatches
-    forward, backward = BlockKind.FORWARD, BlockKind.BACKWARD
-    if not train:
-        return [(forward, i) for i in range(m)]
-    if schedule is Schedule.GPIPE:
-        return [(forward, i) for i in range(m)] + [(backward, i) for i in reversed(range(m))]
-    warmup = min(stages - stage - 1, m)
-    order = [(forward, i) for i in range(warmup)]
-    for i in range(m - warmup):
-        order += [(forward, warmup + i), (backward, i)]
-    return order + [(backward, i) for i in range(m - warmup, m)]
-
-
 def pipeline_step(
     work: Sequence[StageWork],
     placement: Placement,
@@ -302,43 +285,57 @@ def pipeline_step(
     options: CommOptions,
     observers: Sequence[LinkObserver] = (),
     communicate: bool = True,
+    chunks: int = 1,
 ) -> PipelineOutcome:
     """One pipelined step of every stage; ``communicate=False`` makes every transfer free (a baseline).
 
-    ``observers`` are told of every transfer on a link (statistics, a timeline).
+    ``observers`` are told of every transfer on a link (statistics, a timeline). With ``chunks`` above
+    1, ``work`` holds the ``chips x chunks`` virtual stages of an interleaved schedule
+    (:mod:`archsim.engine.interleave`): virtual stage ``k`` runs on chip ``k mod chips``; blocks name
+    their virtual stage.
     """
+    import simpy  # loaded only where SimPy runs (a one-chip run never does)
+
     env = simpy.Environment()
     net = RepNetwork(env, placement.fabric, observers)
     engine = CollectiveEngine(net, placement, options.chunk_bytes, launch_s=options.launch_s)
     stages, m = len(work), microbatches
+    chips = stages // chunks
     comm = CommLog(engine.records, [], [])
     tasks: list[Block] = []
     activations = [[env.event() for _ in range(m)] for _ in range(stages)]
     gradients = [[env.event() for _ in range(m)] for _ in range(stages)]
-    last_backward = [env.event() for _ in range(stages)]
-    blocks_done = [env.event() for _ in range(stages)]
-    reduced = [env.event() for _ in range(stages)]
+    last_backward = [env.event() for _ in range(chips)]
+    blocks_done = [env.event() for _ in range(chips)]
+    reduced = [env.event() for _ in range(chips)]
+    own_stages = [list(range(d, stages, chips)) for d in range(chips)]  # a chip's virtual stages, chunk order
 
-    def routes(sender: int, forward: bool) -> list[Route]:
-        tier = placement.tiers[0].tier
+    def routes(sender: int, receiver: int, forward: bool) -> list[Route]:
+        index = placement.send_tier(min(sender, receiver), max(sender, receiver))
+        groups = placement.tiers[index]
+        tier = groups.tier
         ring = Direction.PLUS if forward else Direction.MINUS
         direction = Direction.OUT if tier.kind is TierKind.POOLED else ring
-        return [net.route(0, [LaneId(f"chip{sender}", direction, i)]) for i in range(tier.lanes)]
+        own = tier.lanes if index == 0 else max(1, tier.lanes // groups.sharers)  # TP peers share a member's ports
+        return [net.route(index, [LaneId(f"chip{sender}", direction, i)]) for i in range(own)]
 
     def send(sender: int, receiver: int, mb: int, arrived: simpy.Event, what: str) -> simpy.events.ProcessGenerator:
         nbytes = work[min(sender, receiver)].send_bytes
         if communicate and nbytes > 0:
             start = env.now
             label = f"{what} mb{mb} s{sender}->s{receiver}"
-            paths = routes(sender, receiver > sender)
+            paths = routes(sender % chips, receiver % chips, receiver > sender)
             yield env.all_of([env.process(engine.stream(r, nbytes / len(paths), label)) for r in paths])
-            comm.transfers.append(CollectiveRecord(label, sender, nbytes, start, env.now))
+            comm.transfers.append(CollectiveRecord(label, sender % chips, nbytes, start, env.now))
         arrived.succeed()
 
-    def run_stage(s: int) -> simpy.events.ProcessGenerator:
-        order = stage_order(schedule, s, stages, m, train)
-        final_backward = max((k for k, (kind, _) in enumerate(order) if kind is BlockKind.BACKWARD), default=-1)
-        for k, (kind, mb) in enumerate(order):
+    def run_chip(d: int) -> simpy.events.ProcessGenerator:
+        if chunks == 1:
+            order = [(kind, d, mb) for kind, mb in stage_order(schedule, d, stages, m, train)]
+        else:
+            order = interleaved_order(d, chips, chunks, m, train)
+        final_backward = max((k for k, (kind, _, _) in enumerate(order) if kind is BlockKind.BACKWARD), default=-1)
+        for k, (kind, s, mb) in enumerate(order):
             if kind is BlockKind.FORWARD:
                 if s > 0:
                     yield activations[s][mb]
@@ -351,44 +348,47 @@ def pipeline_step(
                     yield gradients[s][mb]
                 start = env.now
                 if k == final_backward:
-                    last_backward[s].succeed()
+                    last_backward[d].succeed()
                 yield env.timeout(work[s].backward_s)
                 if s > 0:
                     env.process(send(s, s - 1, mb, gradients[s - 1][mb], "grad"))
             tasks.append(Block(s, kind, mb, start, env.now))
-        blocks_done[s].succeed()
+        blocks_done[d].succeed()
 
-    def reduce_stage(s: int) -> simpy.events.ProcessGenerator:
-        if not (train and communicate and placement.data_parallel > 1 and work[s].buckets):
-            reduced[s].succeed()
+    def reduce_chip(d: int) -> simpy.events.ProcessGenerator:
+        # the last backward block is chunk 0's (stage d): the other chunks' buckets are ready at its start
+        buckets = [(n, offset if s == d else 0.0, s) for s in reversed(own_stages[d]) for n, offset in work[s].buckets]
+        if not (train and communicate and placement.data_parallel > 1 and buckets):
+            reduced[d].succeed()
             return
-        yield last_backward[s]
+        yield last_backward[d]
         began = env.now
-        for k, (nbytes, offset) in enumerate(work[s].buckets):
-            ready = began + (offset if options.overlap else work[s].backward_s)
+        for k, (nbytes, offset, s) in enumerate(buckets):
+            ready = began + (offset if options.overlap else work[d].backward_s)
             if ready > env.now:
                 yield env.timeout(ready - env.now)
-            yield from engine.run(Collective.ALL_REDUCE, options.algorithm, nbytes, s, f"all-reduce s{s} b{k}")
-        reduced[s].succeed()
+            yield from engine.run(Collective.ALL_REDUCE, options.algorithm, nbytes, d, f"all-reduce s{s} b{k}")
+        reduced[d].succeed()
 
-    def update_stage(s: int) -> simpy.events.ProcessGenerator:
-        yield env.all_of([blocks_done[s], reduced[s]])
-        if train and work[s].update_s > 0:
-            start = env.now
-            yield env.timeout(work[s].update_s)
-            tasks.append(Block(s, BlockKind.UPDATE, 0, start, env.now))
+    def update_chip(d: int) -> simpy.events.ProcessGenerator:
+        yield env.all_of([blocks_done[d], reduced[d]])
+        for s in own_stages[d]:
+            if train and work[s].update_s > 0:
+                start = env.now
+                yield env.timeout(work[s].update_s)
+                tasks.append(Block(s, BlockKind.UPDATE, 0, start, env.now))
 
     if train and communicate and placement.data_parallel > 1:
         hops = sum(
-            engine.check(Collective.ALL_REDUCE, options.algorithm, nbytes, s)
+            engine.check(Collective.ALL_REDUCE, options.algorithm, nbytes, s % chips)
             for s in range(stages)
             for nbytes, _ in work[s].buckets
         )
         check_flat_ring_budget(hops, placement.fabric.system)
-    for s in range(stages):
-        env.process(run_stage(s))
-        env.process(reduce_stage(s))
-        env.process(update_stage(s))
+    for d in range(chips):
+        env.process(run_chip(d))
+        env.process(reduce_chip(d))
+        env.process(update_chip(d))
     env.run()
     comm.lanes = net.lanes
     flush = max((t.end_s for t in tasks if t.kind is not BlockKind.UPDATE), default=0.0)

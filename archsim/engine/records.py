@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from archsim.engine.network import Lane
+if TYPE_CHECKING:
+    from archsim.engine.network import Lane
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-
-import simpy
+from typing import TYPE_CHECKING
 
 from archsim.models.base import CostModel, OpCost, Unit
 from archsim.workloads.trace import Op, Trace
+
+if TYPE_CHECKING:
+    import simpy
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +102,8 @@ def schedule_ops(
     waits for before it may start (the multi-chip engine makes the optimizer update wait for the
     gradient all-reduce this way); without them the schedule is exactly :func:`replay`'s.
     """
+    import simpy  # the multi-chip engine's; a one-chip replay (list_schedule) never loads SimPy
+
     shared = simpy.Resource(env, capacity=1)
     units = {unit: simpy.Resource(env, capacity=1) for unit in Unit} if separate_units else {}
     finished = [env.event() for _ in ops]

@@ -11,11 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import simpy
-
 from archsim.engine.network import Direction, LaneId, Route, send
 
 if TYPE_CHECKING:
+    import simpy
+
     from archsim.engine.collectives import CollectiveEngine
 
 

@@ -1,10 +1,16 @@
-"""Where pipeline stages and data-parallel replicas sit on a fabric's tiers (pure, no SimPy).
+"""Where tensor-parallel groups, pipeline stages and data-parallel replicas sit on a fabric's tiers (pure).
 
-Chips are numbered along the tiers, innermost first. A pipeline of ``P`` stages occupies ``P``
-consecutive chips of the first tier (``P`` must divide its size): chip ``i`` runs stage ``i mod P``.
-Every other chip is a data-parallel replica of one of those, so the data-parallel group of stage
-``s`` is every chip of stage ``s``: at the first tier ``size / P`` members at a stride of ``P``, at
-every higher tier all ``size`` members.
+Chips are numbered along the tiers, innermost first. A tensor-parallel group is ``T`` consecutive
+chips of the first tier (``T`` must divide its size); a pipeline of ``P`` stages is ``P`` such groups
+in a row, ``U = T x P`` consecutive chips: chip ``i`` runs stage ``(i // T) mod P``. Without tensor
+parallelism a pipeline lies within the first tier (``P`` must divide its size); with it a pipeline
+may span members of higher tiers (Megatron-LM's GPT-3 runs: ``T = 8`` inside a DGX node, the stages
+across nodes), as long as the chips it spans tile each tier. Every other chip is a data-parallel
+replica, so the data-parallel group of a chip is every chip with its stage and its tensor-parallel
+rank. At a tier whose members (of ``m`` chips) each hold whole pipelines (``U`` divides ``m``), that
+group takes all ``size`` members; at a tier whose members are smaller than a pipeline, ``size /
+(U/m)`` members at a stride of ``U/m`` (1 when the pipeline spans the whole tier: no data-parallel
+traffic there).
 
 The engine simulates one *representative member* per tier for each distinct set of stages a member
 holds (one member when a member holds whole pipelines, one per stage when it holds a single chip,
@@ -32,10 +38,15 @@ class TierGroups:
     """Members between consecutive members of a group (the pipeline's stage count on the first tier)."""
     member_stages: tuple[tuple[int, ...], ...]
     """For each representative member, the stage of each of its chips, in chip order."""
+    sharers: int = 1
+    """On a strided tier, the chips of one member that share its lanes for one stage's traffic (the
+    tensor-parallel ranks of the stage in a member of several chips; 1 for single-chip members)."""
 
     def member_of(self, stage: int) -> int:
         """The representative member that holds chips of ``stage``."""
-        return stage if len(self.member_stages) > 1 else 0
+        if len(self.member_stages) == 1:
+            return 0
+        return next((k for k, stages in enumerate(self.member_stages) if stage in stages), 0)
 
 
 @dataclass(frozen=True)
@@ -45,8 +56,25 @@ class Placement:
     fabric: Fabric
     stages: int
     data_parallel: int
-    """Replicas of the pipeline (the data-parallel width): chips / stages."""
+    """Replicas of the pipeline (the data-parallel width): chips / (stages x tensor_parallel)."""
     tiers: tuple[TierGroups, ...]
+    tensor_parallel: int = 1
+    """Chips of one tensor-parallel group (consecutive chips of the first tier)."""
+
+    def send_tier(self, stage: int, to: int | None = None) -> int:
+        """The tier whose links carry stage ``stage``'s activations to stage ``to`` (None: ``stage + 1``).
+
+        The highest tier at which the two stages' chips (same tensor-parallel rank) sit in different
+        members; 0 when both are on one member of the first tier.
+        """
+        other = stage + 1 if to is None else to
+        a, b = stage * self.tensor_parallel, other * self.tensor_parallel
+        crossing = 0
+        for index in range(len(self.tiers)):
+            below = self.fabric.chips_below(index)
+            if a // below != b // below:
+                crossing = index
+        return crossing
 
     def coordinate(self, tier_index: int, local_chip: int) -> int:
         """Position in its data-parallel group, at tier ``tier_index``, of chip ``local_chip`` of a member."""
@@ -70,34 +98,76 @@ class Placement:
         ]
 
 
-def place(fabric: Fabric, stages: int, source: str = "") -> Placement:
-    """Place a pipeline of ``stages`` along the first tier and replicate it over the rest.
+def place(fabric: Fabric, stages: int, source: str = "", tensor_parallel: int = 1) -> Placement:
+    """Place tensor-parallel groups, then a pipeline of ``stages``, along the tiers; replicate the rest.
 
-    Raises UsageError when ``stages`` does not divide the first tier's size.
+    Raises UsageError naming what would fit when the groups or the pipeline do not tile the tiers.
     """
     source = source or fabric.system
     if stages < 1:
         raise UsageError(source, "--pipeline-stages", f"must be a positive integer, got {stages}")
     tiers = fabric.tiers
-    if stages > 1:
-        first = tiers[0] if tiers else None
-        if first is None or first.size % stages:
-            size = first.size if first is not None else 1
-            where = f"its first tier ({first.name}, {size} members)" if first is not None else "it (1 chip)"
-            raise UsageError(
-                source,
-                "--pipeline-stages",
-                f"{stages} stages must divide the chips joined by {where} of {fabric.system}",
-            )
-    groups: list[TierGroups] = []
-    for index, tier in enumerate(tiers):
-        if index == 0 and stages > 1:
-            groups.append(TierGroups(index, tier, tier.size // stages, stages, tuple((s,) for s in range(stages))))
-            continue
-        m = tier.chips_per_member
-        if m % stages == 0:
-            members: tuple[tuple[int, ...], ...] = (tuple(i % stages for i in range(m)),)
+    t = tensor_parallel
+    first = tiers[0] if tiers else None
+    first_size = first.size if first is not None else 1
+    where = f"its first tier ({first.name}, {first_size} chips)" if first is not None else "it (1 chip)"
+    if t > 1 and first_size % t:
+        fits = ", ".join(str(d) for d in range(1, first_size + 1) if first_size % d == 0)
+        raise UsageError(source, "--tensor-parallel", f"{t} chips must divide {where} of {fabric.system}; {fits} would")
+    if t == 1 and stages > 1 and first_size % stages:
+        raise UsageError(
+            source, "--pipeline-stages", f"{stages} stages must divide the chips joined by {where} of {fabric.system}"
+        )
+    unit = t * stages
+    if not _tiles(fabric, unit):
+        fits = ", ".join(str(p) for p in range(1, fabric.num_chips // t + 1) if _tiles(fabric, t * p))
+        raise UsageError(
+            source,
+            "--pipeline-stages",
+            f"{stages} stages of {t} chips do not tile the {fabric.num_chips} chips of {fabric.system} "
+            f"({', '.join(str(x.size) for x in tiers)} per tier); {fits} would",
+        )
+    groups = [_tier_groups(fabric, index, tier, stages, t) for index, tier in enumerate(tiers)]
+    return Placement(fabric, stages, fabric.num_chips // unit, tuple(groups), t)
+
+
+def _tiles(fabric: Fabric, unit: int) -> bool:
+    """True when blocks of ``unit`` consecutive chips tile every tier (whole members, whole groups)."""
+    if fabric.num_chips % unit:
+        return False
+    for index, tier in enumerate(fabric.tiers):
+        below, size = fabric.chips_below(index), tier.size
+        if unit <= below:
+            ok = below % unit == 0
+        elif unit < below * size:
+            ok = unit % below == 0 and size % (unit // below) == 0
+        else:
+            ok = unit % (below * size) == 0
+        if not ok:
+            return False
+    return True
+
+
+def _tier_groups(fabric: Fabric, index: int, tier: Tier, stages: int, t: int) -> TierGroups:
+    """The data-parallel groups at one tier and its representative members (see the module docstring)."""
+    unit = t * stages
+    below = fabric.chips_below(index)
+    m = tier.chips_per_member
+    if unit == 1:
+        return TierGroups(index, tier, tier.size, 1, ((0,) * m,))
+    if unit <= below:  # each member holds whole pipelines
+        if m % unit == 0:
+            members: tuple[tuple[int, ...], ...] = (tuple((i // t) % stages for i in range(m)),)
         else:  # one chip per member (a further dimension of a chip-level torus): one member per stage
             members = tuple((s,) for s in range(stages))
-        groups.append(TierGroups(index, tier, tier.size, 1, members))
-    return Placement(fabric, stages, fabric.num_chips // stages, tuple(groups))
+        return TierGroups(index, tier, tier.size, 1, members)
+    span = unit // below  # members of this tier one pipeline spans
+    # the pipeline spans the whole tier or more: one group of 1, no data-parallel traffic here
+    stride, group = min(span, tier.size), max(1, tier.size // span)
+    reps: dict[int, tuple[int, ...]] = {}
+    for s in range(stages):  # the member holding rank 0 of each stage
+        j = (s * t // below) % tier.size
+        reps.setdefault(j, tuple(((j * below + i) // t) % stages for i in range(m)))
+    members = tuple(reps.values())
+    sharers = min(t, m)
+    return TierGroups(index, tier, group, stride, members, sharers)

@@ -33,7 +33,7 @@ from archsim.limits import MAX_OP_SECONDS
 from archsim.models.base import Bound, CostModel, OpCost, Unit
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Precision
-from archsim.spec.registry import family_definition, family_names, installed_entry_points
+from archsim.spec.registry import entry_points_of, family_definition, family_names
 from archsim.workloads.trace import Op, OpKind
 
 ENTRY_POINT_GROUP = "archsim.cost_models"
@@ -92,7 +92,7 @@ def entry_point_plugins() -> tuple[dict[str, Any], dict[tuple[str, OpKind], OpCo
     """
     families: dict[str, Any] = {}
     ops: dict[tuple[str, OpKind], OpCostFunction] = {}
-    for point in sorted(installed_entry_points().select(group=ENTRY_POINT_GROUP), key=lambda p: p.name):
+    for point in entry_points_of(ENTRY_POINT_GROUP):
         source = f"entry point {point.name} = {point.value}"
         family_name, _, kind_name = point.name.rpartition(".")
         is_family = not family_name and kind_name in family_names()

@@ -15,6 +15,7 @@ from archsim.memory_fit import capacity_bytes, capacity_technology, split_bytes
 from archsim.models.base import Bound
 from archsim.results.records import CollectiveRecord, LayerRecord, LinkRecord, Normalized, RunResult
 from archsim.spec.chip import ChipSpec
+from archsim.workloads.memory import MemoryPerChip, memory_per_chip
 from archsim.workloads.trace import Mode, Op, Phase, Trace
 
 
@@ -68,6 +69,25 @@ def generation_fields(trace: Trace, throughput: float, step_time_s: float) -> di
     }
 
 
+def decoder_fields(trace: Trace, steps: int, throughput: float, step_time_s: float, peak: float) -> dict[str, Any]:
+    """A decoder model's fields: MFU, tensor and sequence parallelism, and tokens/s when training or inferring.
+
+    ``steps`` is how many times the trace's batch the step runs over the whole target (microbatches
+    times replicas); ``peak`` is the whole target's peak FLOP/s at the run's precision.
+    """
+    model_flops = trace.meta.get("model_flops")
+    if model_flops is None:
+        return {}
+    fields: dict[str, Any] = {
+        "mfu": int(model_flops) * steps / (step_time_s * peak),
+        "tensor_parallel": int(trace.meta.get("tensor_parallel", "1")),
+        "sequence_parallel": trace.meta.get("sequence_parallel") == "true",
+    }
+    if not trace.mode.is_generation and trace.seq_len is not None:
+        fields["tokens_per_s"] = throughput * trace.seq_len
+    return fields
+
+
 def memory_fields(chip: ChipSpec, needed: int) -> dict[str, Any]:
     """The memory fields of a record for a chip whose step needs ``needed`` bytes."""
     held, streamed = split_bytes(chip, needed)
@@ -119,6 +139,8 @@ def build_result(
         time_by_bound=by_bound,
         **memory_fields(chip, trace.memory_bytes),
         **generation_fields(trace, throughput, step_time_s),
+        **decoder_fields(trace, num_chips, throughput, step_time_s, peak),
+        memory_per_chip=memory_per_chip(trace),
         global_batch=samples,
         single_chip_throughput=per_chip,
         throughput_unit=throughput_unit(trace),
@@ -159,7 +181,7 @@ def build_system_result(
     microbatches: int,
     schedule: str | None,
     collective: str | None,
-    memory_bytes: int,
+    memory: MemoryPerChip,
     single_chip_step_s: float | None,
     scaling_note: str | None,
     comm_s: float,
@@ -170,13 +192,14 @@ def build_system_result(
     collectives: Sequence[CollectiveRecord],
     software: str | None = None,
     input_samples_per_s: float | None = None,
+    zero: int = 0,
 ) -> RunResult:
     """Assemble the result of a step on a system.
 
     ``trace`` is one microbatch's (the per-chip batch when not pipelined); ``batch`` is the per-replica
     batch; ``entries`` the representative ops with their timings and stages; ``single_chip_step_s``
     the step time of one chip running the same per-replica batch alone, or None with ``scaling_note``
-    saying why one chip cannot.
+    saying why one chip cannot; ``memory`` what the chip that holds the most holds.
     """
     layers = tuple(LayerRecord.of(op, t, chip.clock, stage) for op, t, stage in entries)
     timings = [t for _, t, _ in entries]
@@ -184,11 +207,13 @@ def build_system_result(
     by_bound[Bound.COMMUNICATION.value] += exposed_comm_s
     update_flops = sum(op.flops for op in trace.ops if op.phase is Phase.UPDATE)
     replica_flops = (trace.flops - update_flops) * microbatches + update_flops
-    flops = replica_flops * data_parallel
+    tensor_parallel = int(trace.meta.get("tensor_parallel", "1"))
+    flops = replica_flops * data_parallel * tensor_parallel  # every chip of a tensor-parallel group runs a shard
     samples = batch * data_parallel
     throughput = samples * tokens_per_sample(trace) / step_time_s
     per_chip = throughput / num_chips
     single = None if single_chip_step_s is None else batch * tokens_per_sample(trace) / single_chip_step_s
+    peak = chip.peak_flops(trace.precision) * num_chips
     return RunResult(
         software=software,
         input_wait_s=input_wait_s,
@@ -202,13 +227,16 @@ def build_system_result(
         step_time_s=step_time_s,
         throughput=throughput,
         flops=flops,
-        utilization=flops / step_time_s / (chip.peak_flops(trace.precision) * num_chips),
+        utilization=flops / step_time_s / peak,
         normalized=Normalized.of(per_chip, chip),
         ops_time_s=ops_time_s,
         step_overhead_s=step_overhead_s,
         time_by_bound=by_bound,
-        **memory_fields(chip, memory_bytes),
+        **memory_fields(chip, memory.total),
         **generation_fields(trace, throughput, step_time_s),
+        **decoder_fields(trace, microbatches * data_parallel, throughput, step_time_s, peak),
+        memory_per_chip=memory,
+        zero=zero,
         system=system,
         nodes=nodes,
         data_parallel=data_parallel,

@@ -28,6 +28,7 @@ from archsim.results.training import InputRecord, TimeToTrainRecord
 
 __all__ = ["CollectiveRecord", "LayerRecord", "LinkRecord", "Normalized", "RunResult", "to_json"]
 from archsim.spec.chip import ChipSpec
+from archsim.workloads.memory import MemoryPerChip
 from archsim.workloads.trace import Op
 
 
@@ -212,6 +213,17 @@ class RunResult:
     prompt_len: int | None = field(default=None, kw_only=True)
     gen_len: int | None = field(default=None, kw_only=True)
     """Decode: tokens generated per sequence (the mean context and the KV cache follow from it)."""
+    interleave: int = field(default=1, kw_only=True)
+    """Model chunks per pipeline stage (interleaved 1F1B; 1: plain); layers' ``stage`` is then the
+    virtual stage ``k``, on chip ``k mod pipeline_stages``."""
+    tensor_parallel: int = field(default=1, kw_only=True)
+    """Chips that split each layer of a decoder model (Megatron-LM tensor parallelism; 1: none)."""
+    sequence_parallel: bool = field(default=False, kw_only=True)
+    """Sequence parallelism within the tensor-parallel group."""
+    mfu: float | None = field(default=None, kw_only=True)
+    """Model FLOPs utilization: the model's FLOPs of the step as Megatron-LM and PaLM count them
+    (:func:`archsim.workloads.decoder.matrix_flops`: matrix products only, no recomputation) over
+    ``step_time_s x num_chips x`` the chip's peak at the run's precision; None but for decoder models."""
     kv_cache_bytes: int = field(default=0, kw_only=True)
     """Bytes of the KV cache per chip, part of ``memory_bytes`` (prefill: the prompt's; decode: prompt
     and generated tokens)."""
@@ -222,6 +234,12 @@ class RunResult:
     max_batch: int | None = field(default=None, kw_only=True)
     """Prefill, decode and generate: the largest batch (as ``batch`` counts it) whose steps fit the chip's
     memory with their KV cache (:mod:`archsim.run.generation`); None otherwise."""
+    zero: int = field(default=0, kw_only=True)
+    """ZeRO stage of a data-parallel training step (0: plain data parallelism; :mod:`archsim.workloads.zero`)."""
+    memory_per_chip: MemoryPerChip | None = field(default=None, kw_only=True)
+    """What one chip holds, by part (:class:`~archsim.workloads.memory.MemoryPerChip`); its ``total``
+    is the figure memory fit checks: ``memory_bytes + streaming_memory_bytes`` (the chip of a pipeline
+    that holds the most; with ZeRO, after sharding)."""
     input_pipeline: InputRecord | None = field(default=None, kw_only=True)
     """The input pipeline of the step, when the run models it (``--input-decode``)."""
     time_to_train: TimeToTrainRecord | None = field(default=None, kw_only=True)
@@ -259,7 +277,10 @@ class RunResult:
         """``batch`` with what it is per: ``8 per chip``, or on a system ``512 per replica (4 pipeline chips)``."""
         if self.system is None:
             return f"{self.batch} per chip"
-        if self.pipeline_stages > 1:
+        if self.tensor_parallel > 1:
+            chips = self.pipeline_stages * self.tensor_parallel
+            scope = f"{self.batch} per replica ({chips} chips: {self.pipeline_stages} stages x {self.tensor_parallel})"
+        elif self.pipeline_stages > 1:
             scope = f"{self.batch} per replica ({self.pipeline_stages} pipeline chips)"
         else:
             scope = f"{self.batch} per chip"

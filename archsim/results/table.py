@@ -37,10 +37,27 @@ def summary_lines(result: RunResult) -> list[str]:
             if result.streaming_memory_bytes
             else ""
         ),
+        *memory_split_lines(result),
         f"op time by bound: {bounds}",
         f"error bar     {error_bar(result)}; outside the calibration: {', '.join(result.extrapolation) or 'nothing'}",
         *generation_lines(result),
     ]
+
+
+def memory_split_lines(result: RunResult) -> list[str]:
+    """What one chip holds, by part (``memory_per_chip``; none when the result has no split)."""
+    m = result.memory_per_chip
+    if m is None:
+        return []
+    parts = (
+        ("weights", m.weights),
+        ("gradients", m.gradients),
+        ("optimizer state", m.optimizer_state),
+        ("activations", m.activations),
+        ("KV cache", m.kv_cache),
+    )
+    split = ", ".join(f"{name} {format_bytes(size)}" for name, size in parts)
+    return [f"memory split  {split} (total {format_bytes(m.total)})"]
 
 
 def error_bar(result: RunResult) -> str:
@@ -51,9 +68,12 @@ def error_bar(result: RunResult) -> str:
 
 
 def generation_lines(result: RunResult) -> list[str]:
-    """Prefill, decode, generate: time to first token or per output token, the KV cache (none otherwise)."""
-    if result.tokens_per_s is None:
-        return []
+    """Prefill, decode, generate: time to first token or per output token, the KV cache; a decoder's MFU."""
+    mfu = [] if result.mfu is None else [f"model flops   {100 * result.mfu:.1f}% MFU (model FLOPs over peak)"]
+    if result.ttft_s is None and result.tpot_s is None:
+        if result.tokens_per_s is None:
+            return mfu
+        return [f"tokens        {result.tokens_per_s:.1f} tokens/s", *mfu]
     if result.e2e_s is not None:
         assert result.ttft_s is not None
         assert result.tpot_s is not None
@@ -74,7 +94,7 @@ def generation_lines(result: RunResult) -> list[str]:
     cache = f"kv cache      {format_bytes(result.kv_cache_bytes)} of the memory used"
     if result.max_batch is not None:
         cache += f"; the largest batch that fits is {result.max_batch}"
-    return [f"generation    {latency}", cache]
+    return [f"generation    {latency}", cache, *mfu]
 
 
 def layer_table(result: RunResult) -> list[str]:

@@ -28,6 +28,7 @@ from archsim.spec.software import SoftwareSpec
 from archsim.stack import default_software, is_kernel, stack_efficiency
 from archsim.uncertainty import with_error_bars
 from archsim.workloads.memory import resident_bytes
+from archsim.workloads.options import Recompute
 from archsim.workloads.trace import Mode, Trace
 
 
@@ -39,7 +40,7 @@ def replay_on_chip(
     software: SoftwareSpec | None = None,
     *,
     streaming: StreamingMemory = StreamingMemory.NONE,
-    rebuild: Callable[[int, bool], Trace] | None = None,
+    rebuild: Callable[[int, Recompute], Trace] | None = None,
 ) -> RunResult:
     """Replay an already built trace on a resolved one-chip target.
 

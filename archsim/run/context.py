@@ -10,28 +10,32 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
-from archsim.engine.collectives import DEFAULT_CHUNK_BYTES
-from archsim.engine.network import LinkObserver
-from archsim.engine.parallel import CommOptions, CommPlan, Schedule
+from archsim.engine.options import DEFAULT_CHUNK_BYTES, Schedule
 from archsim.engine.records import LinkSpans, LinkStatistics
 from archsim.models import cost_model_for
 from archsim.models.base import CostModel, framework_overhead_s
-from archsim.models.interconnect import Fabric
-from archsim.models.placement import Placement
 from archsim.results.records import RunResult
 from archsim.results.timeline import Timeline
 from archsim.run.request import Layout
+from archsim.run.tensor_parallel import GroupCalls, StreamCommModel
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import StreamingMemory
 from archsim.spec.efficiency import Efficiency
 from archsim.spec.registry import FamilyEfficiency
 from archsim.spec.software import SoftwareSpec
-from archsim.spec.system import SystemSpec
 from archsim.workloads.memory import resident_bytes
-from archsim.workloads.options import TraceOptions
+from archsim.workloads.options import Recompute, TraceOptions
 from archsim.workloads.trace import CommOp, Mode, Trace
 from archsim.workloads.transforms import DEFAULT_BUCKET_BYTES
+
+if TYPE_CHECKING:  # the multi-chip engine's types: a one-chip run never loads those modules
+    from archsim.engine.network import LinkObserver
+    from archsim.engine.parallel import CommOptions, CommPlan
+    from archsim.models.interconnect import Fabric
+    from archsim.models.placement import Placement
+    from archsim.spec.system import SystemSpec
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,10 @@ class SystemOptions:
     """What an IPU may keep in streaming memory (:mod:`archsim.memory_fit`)."""
     software: SoftwareSpec | None = None
     """The stack that runs each chip's graph (None: the chip's default)."""
+    interleave: int = 1
+    """Model chunks per pipeline stage (interleaved 1F1B, :mod:`archsim.engine.schedules`)."""
+    zero: int = 0
+    """ZeRO stage of a data-parallel training step (:mod:`archsim.workloads.zero`)."""
 
     @classmethod
     def of(
@@ -71,6 +79,8 @@ class SystemOptions:
             trace=trace,
             streaming=streaming,
             software=software,
+            interleave=layout.interleave,
+            zero=layout.zero,
         )
 
 
@@ -97,10 +107,12 @@ class SystemContext:
     spans: LinkSpans | None
     """The timeline's link observer when the run is recorded (None: not recorded)."""
     mode: Mode
-    rebuild: Callable[[int, bool], Trace] | None
+    rebuild: Callable[[int, Recompute], Trace] | None
     software: SoftwareSpec
     plan_comm: Callable[[CommOp], CommPlan | None]
     """How the collective library runs one of the trace's own collectives (a Chakra ET's)."""
+    group_calls: GroupCalls | None = None
+    """How long each tensor-parallel collective takes on its group (None: no tensor parallelism)."""
 
     @cached_property
     def resolved(self) -> FamilyEfficiency:
@@ -130,4 +142,5 @@ class SystemContext:
         """
         framework_s = framework_overhead_s(self.efficiency)
         footprint = resident_bytes(trace, needed, share)
-        return cost_model_for(self.chip, self.efficiency, trace.precision, footprint, framework_s)
+        model = cost_model_for(self.chip, self.efficiency, trace.precision, footprint, framework_s)
+        return model if self.group_calls is None else StreamCommModel(model, self.group_calls)

@@ -1,34 +1,52 @@
 """A data-parallel step on a system: the representative chip's ops and its gradient all-reduces.
 
 Every replica runs the same trace, so one chip's ops are replayed with the step's all-reduces
-overlapping them in the engine (:func:`archsim.engine.parallel.data_parallel_step`).
+overlapping them in the engine (:func:`archsim.engine.parallel.data_parallel_step`). With ZeRO
+(:mod:`archsim.workloads.zero`) the step's communication is its reduce-scatters and all-gathers, the
+chip updates its shard only, and memory fit checks the sharded memory; the one-chip reference of
+``scaling_efficiency`` is then the same sharded step with free links (one chip alone has nothing to
+shard its optimizer with, and its whole update would put the scaling above linear).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from archsim import memory_fit
 from archsim.engine.parallel import CommPlan, data_parallel_step
 from archsim.engine.records import LinkStatistics
 from archsim.engine.replay import replay
+from archsim.errors import UsageError
 from archsim.run.context import RunOutput, SystemContext
+from archsim.run.pipeline import stage_needs
+from archsim.run.remedies import system_changes
 from archsim.run.system_result import system_result, timeline
+from archsim.run.tensor_parallel import TENSOR_PARALLEL_NOTE
 from archsim.workloads.trace import Trace
 from archsim.workloads.transforms import compute_only, with_gradient_all_reduces
+from archsim.workloads.zero import with_zero, zero_memory
 
 
 def data_parallel(context: SystemContext, trace: Trace) -> RunOutput:
-    """One step of ``trace`` on every chip, its gradients all-reduced over the data-parallel group."""
-    memory_fit.check_needs(context.chip, context.options.streaming, trace, memory_fit.trace_needs, context.rebuild)
-    model = context.model(trace, trace.memory_bytes)
-    compute = compute_only(trace)
+    """One step of ``trace`` on every chip, its gradients all-reduced (or ZeRO-sharded) over the data-parallel group."""
+    zero, width = context.options.zero, context.placement.data_parallel
+    if zero and trace.has_link_comm:
+        raise UsageError(trace.name, "--zero", "a trace with its own communication ops (a Chakra ET) runs as recorded")
+    needs = zero_needs(zero, width)
+    changes = system_changes(context, trace, stage_needs)
+    memory_fit.check_needs(context.chip, context.options.streaming, trace, needs, context.rebuild, changes=changes)
+    memory = zero_memory(trace, zero, width)
+    step = with_communication(context, trace)
+    sharded = zero > 0 and step is not trace
+    model = context.model(step if sharded else trace, memory.total)
+    compute = compute_only(step if sharded else trace)
     single = replay(compute, model, context.issue_s)
     single_end = max((t.end_s for t in single), default=0.0)
-    step = with_communication(context, trace)
     costs = iter(t.cost for t in single)
     statistics = LinkStatistics()
     outcome = data_parallel_step(
         step.ops,
-        [None if op.comm is not None else next(costs) for op in step.ops],
+        [None if op.comm is not None and not op.comm.in_stream else next(costs) for op in step.ops],
         model.separate_units,
         context.placement,
         context.comm,
@@ -44,8 +62,8 @@ def data_parallel(context: SystemContext, trace: Trace) -> RunOutput:
         1,
         entries,
         outcome.end_s,
-        trace.memory_bytes,
-        single_end + context.step_overhead_s if compute.ops else "the trace has no compute op to run on one chip",
+        memory,
+        single_step(context, single_end, bool(compute.ops)),
         outcome.comm,
         statistics,
         exposed_s=max(0.0, outcome.end_s - single_end),
@@ -55,20 +73,46 @@ def data_parallel(context: SystemContext, trace: Trace) -> RunOutput:
     return RunOutput(result, timeline(context, spans, outcome.comm))
 
 
+def single_step(context: SystemContext, single_end: float, computes: bool) -> float | str:
+    """One chip's step time for the same batch (the reference of scaling), or why there is none."""
+    if context.placement.tensor_parallel > 1:
+        return TENSOR_PARALLEL_NOTE
+    return single_end + context.step_overhead_s if computes else "the trace has no compute op to run on one chip"
+
+
 def with_communication(context: SystemContext, trace: Trace) -> Trace:
     """The trace one replica runs, with its communication ops.
 
     A trace that brings its own (a Chakra ET) runs as it is; otherwise every replica all-reduces its
-    gradient buckets over the data-parallel group (:func:`~archsim.workloads.transforms.with_gradient_all_reduces`).
+    gradient buckets over the data-parallel group (:func:`~archsim.workloads.transforms.with_gradient_all_reduces`),
+    or communicates as its ZeRO stage says (:func:`~archsim.workloads.zero.with_zero`).
     """
-    if trace.has_comm or context.placement.data_parallel == 1:
+    width = context.placement.data_parallel
+    if trace.has_link_comm or width == 1:
         return trace
+    if context.options.zero:
+        return with_zero(trace, context.options.zero, width, context.comm.bucket_bytes, context.comm.overlap)
     return with_gradient_all_reduces(trace, context.comm.bucket_bytes, context.comm.overlap)
+
+
+def zero_needs(zero: int, width: int) -> Callable[[Trace], list[memory_fit.Need]]:
+    """What the one chip of a data-parallel step holds, at ZeRO stage ``zero`` over ``width`` chips."""
+    if zero == 0 or width == 1:
+        return memory_fit.trace_needs
+
+    def needs(trace: Trace) -> list[memory_fit.Need]:
+        memory = zero_memory(trace, zero, width)
+        what = f"batch {trace.batch} at ZeRO stage {zero} over {width} chips"
+        return [memory_fit.Need(what, memory.total, memory.optimizer_state)]
+
+    return needs
 
 
 def own_plans(context: SystemContext, trace: Trace, step: Trace) -> dict[int, CommPlan]:
     """The library's plan for each collective ``trace`` brings itself (inserted all-reduces take the bucket's)."""
     if step is not trace:
         return {}
-    planned = {i: context.plan_comm(op.comm) for i, op in enumerate(step.ops) if op.comm is not None}
+    planned = {
+        i: context.plan_comm(op.comm) for i, op in enumerate(step.ops) if op.comm is not None and not op.comm.in_stream
+    }
     return {i: plan for i, plan in planned.items() if plan is not None}

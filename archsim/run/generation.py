@@ -46,11 +46,12 @@ from archsim.results.records import LinkRecord, Normalized, RunResult
 from archsim.results.timeline import Timeline, TimelineSpan
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import StreamingMemory
+from archsim.workloads.options import Recompute
 from archsim.workloads.trace import Mode, Trace
 
 
 def max_batch(
-    chip: ChipSpec, streaming: StreamingMemory, rebuilds: Sequence[Callable[[int, bool], Trace] | None]
+    chip: ChipSpec, streaming: StreamingMemory, rebuilds: Sequence[Callable[[int, Recompute], Trace] | None]
 ) -> int | None:
     """The largest batch at which the steps every ``rebuilds`` builds all fit on ``chip``.
 
@@ -63,7 +64,12 @@ def max_batch(
     known: dict[int, bool] = {}
 
     def needs(batch: int) -> list[memory_fit.Need]:
-        return [n for rebuild in rebuilds if rebuild is not None for n in memory_fit.trace_needs(rebuild(batch, False))]
+        return [
+            n
+            for rebuild in rebuilds
+            if rebuild is not None
+            for n in memory_fit.trace_needs(rebuild(batch, Recompute.NONE))
+        ]
 
     def fits(batch: int) -> bool:
         if batch not in known:

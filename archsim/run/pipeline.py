@@ -8,6 +8,8 @@ activations, gradients and all-reduces between chips in the engine
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from archsim import memory_fit
 from archsim.engine.parallel import Schedule, StageWork, pipeline_step
 from archsim.engine.records import Block, BlockKind, LinkStatistics
@@ -15,8 +17,10 @@ from archsim.engine.replay import OpTiming, replay
 from archsim.errors import UsageError
 from archsim.models.base import OpCost
 from archsim.run.context import RunOutput, SystemContext
+from archsim.run.remedies import system_changes
 from archsim.run.system_result import system_result, timeline
-from archsim.workloads.memory import resident_bytes
+from archsim.run.tensor_parallel import TENSOR_PARALLEL_NOTE
+from archsim.workloads.memory import memory_per_chip, resident_bytes
 from archsim.workloads.pipeline import Stage, split_stages, stage_memory_bytes, sub_trace
 from archsim.workloads.trace import Mode, Op, Phase, Trace
 from archsim.workloads.transforms import gradient_buckets
@@ -24,39 +28,55 @@ from archsim.workloads.transforms import gradient_buckets
 
 def pipelined(context: SystemContext, trace: Trace, microbatches: int) -> RunOutput:
     """One step of ``microbatches`` microbatches of ``trace`` through the context's pipeline stages."""
-    if trace.has_comm:  # a Chakra ET's communication runs on the data-parallel path only
+    if trace.has_link_comm:  # a Chakra ET's communication runs on the data-parallel path only
         raise UsageError(trace.name, "--pipeline-stages", "a trace with communication ops runs data parallel only")
     train = trace.mode is Mode.TRAIN
+    chips, chunks = context.options.pipeline_stages, context.options.interleave
+    if chunks > 1 and microbatches % chips:
+        fits = f"{chips * max(1, microbatches // chips)} or {chips * (microbatches // chips + 1)}"
+        problem = (
+            f"{microbatches} microbatches do not interleave over {chips} stages: a multiple of {chips} does ({fits})"
+        )
+        raise UsageError(trace.name, "--microbatches", problem)
     staged = stages_of(context, trace, microbatches)
     memory_fit.check_needs(
         context.chip,
         context.options.streaming,
         trace,
-        lambda t: [need for _, need in (staged if t is trace else stages_of(context, t, microbatches))],
+        lambda t: chip_needs(staged if t is trace else stages_of(context, t, microbatches), chips),
         context.rebuild,
         "--microbatches",
+        system_changes(context, trace, stage_needs),
     )
     stages = [stage for stage, _ in staged]
+    needs = chip_needs(staged, chips)
+    shares = [sum(stage.parameter_fraction for stage in stages[d::chips]) for d in range(chips)]
     work: list[StageWork] = []
     blocks: list[tuple[list[OpTiming], list[OpTiming], OpCost | None]] = []
-    memory = 0
     issue_s = context.issue_s
-    for stage, need in staged:
-        memory = max(memory, need.bytes)
-        model = context.model(trace, need.bytes, stage.parameter_fraction)
+    fullest = max(range(chips), key=lambda d: needs[d].bytes)
+    memory = memory_per_chip(trace).scaled(shares[fullest], needs[fullest].bytes)
+    for stage, _ in staged:
+        chip = stage.index % chips
+        model = context.model(trace, needs[chip].bytes, shares[chip])
         forward = replay(sub_trace(trace, stage.forward, f"{trace.name}.s{stage.index}.fwd"), model, issue_s)
         backward = replay(sub_trace(trace, stage.backward, f"{trace.name}.s{stage.index}.bwd"), model, issue_s)
         update = model.cost(stage.update) if train and stage.update is not None else None
-        work.append(_stage_work(trace, stage, forward, backward, update, context.comm.bucket_bytes))
+        work.append(
+            _stage_work(trace, stage, forward, backward, update, context.comm.bucket_bytes, send_share(context))
+        )
         blocks.append((forward, backward, update))
     options = context.options
     placement, comm = context.placement, context.comm
     statistics = LinkStatistics()
     observers = context.observers(statistics)
-    outcome = pipeline_step(work, placement, options.schedule, microbatches, train, comm, observers)
-    free = pipeline_step(work, placement, options.schedule, microbatches, train, comm, communicate=False)
-    entries, chip_spans = _pipeline_entries(trace, stages, blocks, outcome.tasks)
-    busy = [microbatches * (w.forward_s + w.backward_s) for w in work]
+    outcome = pipeline_step(work, placement, options.schedule, microbatches, train, comm, observers, chunks=chunks)
+    free = pipeline_step(work, placement, options.schedule, microbatches, train, comm, communicate=False, chunks=chunks)
+    entries, stage_spans = _pipeline_entries(trace, stages, blocks, outcome.tasks)
+    chip_spans = [
+        sorted((s for spans in stage_spans[d::chips] for s in spans), key=lambda s: s[1]) for d in range(chips)
+    ]
+    busy = [microbatches * sum(w.forward_s + w.backward_s for w in work[d::chips]) for d in range(chips)]
     flush = outcome.pipeline_end_s
     bubble_s = max(0.0, sum(flush - b for b in busy) / len(busy))  # no negative rounding residue
     result = system_result(
@@ -73,23 +93,53 @@ def pipelined(context: SystemContext, trace: Trace, microbatches: int) -> RunOut
         exposed_s=max(0.0, outcome.end_s - free.end_s),
         bubble=(bubble_s, bubble_s / flush if flush > 0 else 0.0),
     )
+    if chunks > 1:
+        result = replace(result, interleave=chunks)
     return RunOutput(result, timeline(context, chip_spans, outcome.comm))
 
 
+def chip_needs(staged: list[tuple[Stage, memory_fit.Need]], chips: int) -> list[memory_fit.Need]:
+    """What each chip of the pipeline holds: its stage's need, or the sum of its interleaved chunks'."""
+    if len(staged) == chips:
+        return [need for _, need in staged]
+    needs = []
+    for d in range(chips):
+        mine = [need for _, need in staged[d::chips]]
+        what = f"stage {d} with its {len(mine)} chunks' micro-batches in flight"
+        needs.append(memory_fit.Need(what, sum(n.bytes for n in mine), sum(n.update_only for n in mine)))
+    return needs
+
+
 def stages_of(context: SystemContext, trace: Trace, microbatches: int) -> list[tuple[Stage, memory_fit.Need]]:
-    """The stages of ``trace`` (balanced by time on one chip) and what each stage's chip holds."""
-    count = context.options.pipeline_stages
+    """The (virtual) stages of ``trace`` (balanced by time on one chip) and what each one's chip holds for it.
+
+    With ``V``-way interleaving there are ``P x V`` virtual stages, stage ``k`` on chip ``k mod P``; a
+    chip in its warm-up holds ``2 (P - d - 1) + (V - 1) P + 1`` chunk-microbatches, spread over its chunks.
+    """
+    chips, chunks = context.options.pipeline_stages, context.options.interleave
+    count = chips * chunks
     balance = context.model(trace, trace.memory_bytes // count, 1 / count)
     staged = []
     for stage in split_stages(trace, count, [balance.cost(op).time_s for op in trace.ops]):
         all_inflight = context.options.schedule is Schedule.GPIPE or trace.mode is not Mode.TRAIN
-        inflight = microbatches if all_inflight else min(microbatches, count - stage.index)
+        if all_inflight:
+            inflight = microbatches
+        elif chunks == 1:
+            inflight = min(microbatches, count - stage.index)
+        else:
+            warmup = 2 * (chips - stage.index % chips - 1) + (chunks - 1) * chips + 1
+            inflight = min(microbatches, -(-warmup // chunks))
         needed = stage_memory_bytes(trace, stage, inflight)
         plural = "es" if inflight > 1 else ""
         what = f"stage {stage.index} with {inflight} micro-batch{plural} of {trace.batch} in flight"
         update_only = needed - resident_bytes(trace, needed, stage.parameter_fraction)
         staged.append((stage, memory_fit.Need(what, needed, update_only)))
     return staged
+
+
+def stage_needs(context: SystemContext, trace: Trace, microbatches: int) -> list[memory_fit.Need]:
+    """What each chip of the pipeline holds (:func:`stages_of`, :func:`chip_needs`), for :mod:`archsim.run.remedies`."""
+    return chip_needs(stages_of(context, trace, microbatches), context.options.pipeline_stages)
 
 
 def single_chip_step(context: SystemContext, trace: Trace, microbatches: int) -> float | str:
@@ -99,6 +149,8 @@ def single_chip_step(context: SystemContext, trace: Trace, microbatches: int) ->
     the whole step in its memory (In-Processor Memory on IPUs, nothing in streaming memory). When
     one chip cannot, the reason why (a string) instead.
     """
+    if context.placement.tensor_parallel > 1:
+        return TENSOR_PARALLEL_NOTE
     unheld = memory_fit.one_chip_cannot_hold(context.chip, trace)
     if unheld is not None:
         return unheld
@@ -110,6 +162,17 @@ def single_chip_step(context: SystemContext, trace: Trace, microbatches: int) ->
     return microbatches * once + update + context.step_overhead_s
 
 
+def send_share(context: SystemContext) -> int:
+    """The part of a stage's boundary activations each tensor-parallel rank sends: 1 in ``T``.
+
+    Megatron-LM's scatter-gather of pipeline sends (Narayanan et al. 2021, section 4.1): each rank
+    sends its ``1/T`` slice and the next stage all-gathers it over the fast first tier (not priced).
+    With sequence parallelism the activations are already split, so each rank sends its own.
+    """
+    options = context.options.trace
+    return 1 if options.sequence_parallel else options.tensor_parallel
+
+
 def _stage_work(
     trace: Trace,
     stage: Stage,
@@ -117,6 +180,7 @@ def _stage_work(
     backward: list[OpTiming],
     update: OpCost | None,
     bucket_bytes: int,
+    share: int = 1,
 ) -> StageWork:
     """A stage's block durations, and its gradient buckets with their times within the backward block."""
     backward_ops = [trace.ops[i] for i in stage.backward]
@@ -127,7 +191,7 @@ def _stage_work(
         forward_s=max((t.end_s for t in forward), default=0.0),
         backward_s=max((t.end_s for t in backward), default=0.0),
         update_s=update.time_s if update is not None else 0.0,
-        send_bytes=stage.send_bytes,
+        send_bytes=stage.send_bytes // share,
         buckets=buckets,
     )
 

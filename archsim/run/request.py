@@ -16,15 +16,16 @@ import enum
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from archsim.engine.parallel import Schedule
+from archsim.engine.options import Schedule
 from archsim.errors import LimitError, UsageError
 from archsim.limits import MAX_ARGUMENT
 from archsim.spec.common import Fusion, Precision, StreamingMemory
 from archsim.spec.software import SoftwareSpec
 from archsim.stack import check_name, stack_options
-from archsim.workloads.options import TraceOptions
+from archsim.workloads.options import Recompute, TraceOptions
 from archsim.workloads.trace import Mode
 from archsim.workloads.transforms import DEFAULT_BUCKET_BYTES
+from archsim.workloads.zero import ZERO_STAGES
 
 MAX_NODES = 4096
 """Most copies of a system one run scales out to (the scale-out tier's rings take ``nodes`` steps)."""
@@ -53,13 +54,25 @@ def check_count(value: object, flag: str) -> None:
         raise LimitError("", flag, f"must be at most {MAX_ARGUMENT}")
 
 
-def trace_options(fusion: str | Fusion | None, recompute: bool | None, gen_len: int | None = None) -> TraceOptions:
+def recompute_choice(value: object) -> Recompute | None:
+    """``--recompute`` checked: None (not asked), a :class:`Recompute` or its name, or a bool (True: ``full``)."""
+    if value is None:
+        return None
+    try:
+        return Recompute.of(value)
+    except ValueError:
+        choices = ", ".join(r.value for r in Recompute)
+        raise UsageError("", "--recompute", f"must be one of {choices}, true or false, got {value!r}") from None
+
+
+def trace_options(
+    fusion: str | Fusion | None, recompute: Recompute | str | bool | None, gen_len: int | None = None
+) -> TraceOptions:
     """The trace options asked explicitly, checked (``--fusion``, ``--recompute``, ``--gen-len``; None: not asked)."""
-    if recompute is not None and not isinstance(recompute, bool):
-        raise UsageError("", "--recompute", f"must be true or false, got {recompute!r}")
+    level = recompute_choice(recompute)
     check_count(gen_len, "--gen-len")
     fused = Fusion.NONE if fusion is None else choice(Fusion, fusion, "--fusion")
-    return TraceOptions(fused, bool(recompute), gen_len=gen_len)
+    return TraceOptions(fused, level or Recompute.NONE, gen_len=gen_len)
 
 
 def stack_trace_options(
@@ -67,13 +80,13 @@ def stack_trace_options(
     mode: Mode,
     precision: Precision,
     fusion: str | Fusion | None,
-    recompute: bool | None,
+    recompute: Recompute | str | bool | None,
     gen_len: int | None = None,
 ) -> TraceOptions:
     """The trace options of a run on ``stack``: its rewrites, with ``fusion``/``recompute`` over them."""
     trace_options(fusion, recompute, gen_len)
     chosen = None if fusion is None else choice(Fusion, fusion, "--fusion")
-    return stack_options(stack, mode, precision, chosen, recompute, gen_len)
+    return stack_options(stack, mode, precision, chosen, recompute_choice(recompute), gen_len)
 
 
 @dataclass(frozen=True)
@@ -90,6 +103,11 @@ class Layout:
     * ``schedule``: ``1f1b`` or ``gpipe``; ``collective``: ``ring``, ``tree``, ``hierarchical`` or
       ``torus`` (None or ``auto``: the system's); ``bucket_bytes``: gradient bucket size (25 MiB);
       ``overlap``: all-reduce buckets during the backward pass.
+    * ``tensor_parallel``: chips that split each layer of a decoder model (consecutive chips of the
+      system's first tier; pipeline stages come next, data-parallel replicas last);
+      ``sequence_parallel``: with it, norms and residual adds on ``1/T`` of the tokens.
+    * ``interleave``: model chunks per pipeline stage (interleaved 1F1B; 1: plain).
+    * ``zero``: the ZeRO stage of a data-parallel training run (0: none; :mod:`archsim.workloads.zero`).
     """
 
     nodes: int | None = None
@@ -105,16 +123,31 @@ class Layout:
     """Gradient bucket size (PyTorch DDP's 25 MiB by default)."""
     overlap: bool = True
     """All-reduce buckets while the backward pass runs (False: after it)."""
+    tensor_parallel: int = 1
+    """Chips that split each layer of a decoder model (Megatron-LM tensor parallelism)."""
+    sequence_parallel: bool = False
+    """Sequence parallelism within the tensor-parallel group (Korthikanti et al. 2022)."""
+    interleave: int = 1
+    """Model chunks per pipeline stage (interleaved 1F1B, Narayanan et al. 2021)."""
+    zero: int = 0
+    """ZeRO stage 0..3: what the data-parallel group shards (0: nothing, plain data parallelism)."""
 
     @property
     def spreads(self) -> bool:
         """True when the layout asks for more than one chip's run (it needs a system as the target)."""
-        return self.nodes is not None or self.pipeline_stages != 1 or self.microbatches is not None
+        return (
+            self.nodes is not None
+            or self.pipeline_stages != 1
+            or self.microbatches is not None
+            or self.tensor_parallel != 1
+        )
 
     def spreading_flag(self) -> str:
         """The first multi-chip flag the layout sets (for messages)."""
         if self.nodes is not None:
             return "--nodes"
+        if self.tensor_parallel != 1:
+            return "--tensor-parallel"
         return "--pipeline-stages" if self.pipeline_stages != 1 else "--microbatches"
 
     @classmethod
@@ -127,9 +160,18 @@ class Layout:
         collective: str | None = None,
         bucket_bytes: int | None = None,
         overlap: bool = True,
+        tensor_parallel: int = 1,
+        sequence_parallel: bool = False,
+        interleave: int = 1,
+        zero: int = 0,
     ) -> Layout:
         """A checked layout; ``collective`` ``auto`` is the system's default, as None is."""
-        counts = (("--nodes", nodes), ("--pipeline-stages", pipeline_stages), ("--microbatches", microbatches))
+        counts = (
+            ("--nodes", nodes),
+            ("--pipeline-stages", pipeline_stages),
+            ("--microbatches", microbatches),
+            ("--tensor-parallel", tensor_parallel),
+        )
         for flag, value in counts:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise UsageError("", flag, f"must be a positive integer, got {value!r}")
@@ -139,6 +181,18 @@ class Layout:
             raise UsageError("", "--bucket-size", f"must be a positive number of bytes, got {bucket_bytes!r}")
         if nodes is not None and nodes > MAX_NODES:
             raise LimitError("", "--nodes", f"must be at most {MAX_NODES}")
+        check_count(tensor_parallel, "--tensor-parallel")
+        if not isinstance(sequence_parallel, bool):
+            raise UsageError("", "--sequence-parallel", f"must be true or false, got {sequence_parallel!r}")
+        if sequence_parallel and tensor_parallel == 1:
+            raise UsageError(
+                "", "--sequence-parallel", "splits a tensor-parallel group's tokens: give --tensor-parallel T"
+            )
+        check_count(interleave, "--interleave")
+        if interleave > 1 and (pipeline_stages == 1 or choice(Schedule, schedule, "--schedule") is Schedule.GPIPE):
+            raise UsageError("", "--interleave", "interleaves the stages of a 1f1b pipeline: give --pipeline-stages P")
+        if isinstance(zero, bool) or not isinstance(zero, int) or zero not in ZERO_STAGES:
+            raise UsageError("", "--zero", f"must be a ZeRO stage, 0, 1, 2 or 3, got {zero!r}")
         return cls(
             nodes=nodes,
             pipeline_stages=pipeline_stages,
@@ -147,6 +201,10 @@ class Layout:
             collective=None if collective == "auto" else collective,
             bucket_bytes=bucket_bytes or DEFAULT_BUCKET_BYTES,
             overlap=bool(overlap),
+            tensor_parallel=tensor_parallel,
+            sequence_parallel=sequence_parallel,
+            interleave=interleave,
+            zero=zero,
         )
 
 
@@ -174,8 +232,8 @@ class RunRequest:
     """A ``software/`` stack's name (None: the chip's default)."""
     fusion: Fusion | None = None
     """None: what the software stack does."""
-    recompute: bool | None = None
-    """None: what the software stack does."""
+    recompute: Recompute | None = None
+    """What the backward pass recomputes (None: what the software stack does)."""
     streaming: StreamingMemory = StreamingMemory.NONE
     """What an IPU may keep in streaming memory (:mod:`archsim.memory_fit`)."""
 
@@ -187,7 +245,8 @@ class RunRequest:
     @property
     def explicit_options(self) -> TraceOptions:
         """The trace options asked explicitly, without a software stack's rewrites."""
-        return TraceOptions(self.fusion or Fusion.NONE, bool(self.recompute), gen_len=self.gen_len)
+        recompute = Recompute.NONE if self.recompute is None else self.recompute
+        return TraceOptions(self.fusion or Fusion.NONE, recompute, gen_len=self.gen_len)
 
     @classmethod
     def of(
@@ -210,8 +269,12 @@ class RunRequest:
         overlap: bool = True,
         software: str | None = None,
         fusion: str | Fusion | None = None,
-        recompute: bool | None = None,
+        recompute: Recompute | str | bool | None = None,
         streaming_memory: str | StreamingMemory | None = StreamingMemory.NONE,
+        tensor_parallel: int = 1,
+        sequence_parallel: bool = False,
+        interleave: int = 1,
+        zero: int = 0,
     ) -> RunRequest:
         """A checked request; strings become their enums (``mode="train"``).
 
@@ -233,7 +296,19 @@ class RunRequest:
         explicit = check_name(software)
         trace_options(fusion, recompute, gen_len)
         streaming = choice(StreamingMemory, streaming_memory or StreamingMemory.NONE, "--streaming-memory")
-        layout = Layout.of(nodes, pipeline_stages, microbatches, schedule, collective, bucket_bytes, overlap)
+        layout = Layout.of(
+            nodes,
+            pipeline_stages,
+            microbatches,
+            schedule,
+            collective,
+            bucket_bytes,
+            overlap,
+            tensor_parallel,
+            sequence_parallel,
+            interleave,
+            zero,
+        )
         return cls(
             target=target,
             workload=workload,
@@ -246,6 +321,6 @@ class RunRequest:
             layout=layout,
             software=explicit,
             fusion=None if fusion is None else choice(Fusion, fusion, "--fusion"),
-            recompute=recompute,
+            recompute=recompute_choice(recompute),
             streaming=streaming,
         )

@@ -17,13 +17,11 @@ from dataclasses import dataclass, replace
 from archsim import memory_fit
 from archsim.errors import UsageError
 from archsim.limits import check_trace_ops
-from archsim.models.placement import place
 from archsim.results.timeline import Timeline, TimelineSpan
 from archsim.run import generation
 from archsim.run.chip import replay_on_chip
 from archsim.run.context import RunOutput, SystemOptions
 from archsim.run.request import RunRequest
-from archsim.run.system import replay_on_system
 from archsim.run.target import Target, fabric_for, resolve
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Precision, StreamingMemory
@@ -32,8 +30,8 @@ from archsim.spec.library import Library
 from archsim.spec.software import Rewrite, SoftwareSpec
 from archsim.stack import planned_software, stack_options
 from archsim.workloads import build_trace, microbatch_trace
-from archsim.workloads.memory import update_only_bytes
-from archsim.workloads.options import TraceOptions
+from archsim.workloads.memory import trace_recompute, update_only_bytes
+from archsim.workloads.options import Recompute, TraceOptions
 from archsim.workloads.trace import Mode, Trace
 
 
@@ -49,7 +47,7 @@ class BuiltRun:
     """Microbatches per step on a system (None: one batch per step)."""
     options: SystemOptions
     """The layout with the trace options, streaming memory and named stack filled in."""
-    rebuild: Callable[[int, bool], Trace] | None
+    rebuild: Callable[[int, Recompute], Trace] | None
     """The workload at another batch (None: its batch is fixed), to name the largest that fits."""
 
     @property
@@ -108,20 +106,27 @@ def build(request: RunRequest, library: Library) -> BuiltRun:
     if target.system is None and layout.spreads:
         raise UsageError(request.target, layout.spreading_flag(), "needs a multi-chip system as the target, not a chip")
     pipelined = layout.pipeline_stages != 1 or layout.microbatches is not None
-    if target.system is not None and request.mode.is_generation and pipelined:
+    if target.system is not None and request.mode.is_generation and pipelined:  # tensor parallel it may
         flag = "--pipeline-stages" if layout.pipeline_stages != 1 else "--microbatches"
-        problem = "prefill and decode run data parallel only: pipelined generation is not modelled yet"
+        problem = "prefill and decode run tensor and data parallel only: pipelined generation is not modelled yet"
         raise UsageError(target.source, flag, problem)
+    check_zero(request, target)
     precision = chip.default_precision if request.precision is None else request.precision
     if precision not in chip.peak:
         supported = ", ".join(p.value for p in chip.precisions)
         raise UsageError(chip.name, "--precision", f"{precision.value} is not supported (supported: {supported})")
     stack = planned_software(library, chip, request.software, request.workload)
     trace_options = stack_options(stack, request.mode, precision, request.fusion, request.recompute, request.gen_len)
+    trace_options = replace(
+        trace_options, tensor_parallel=layout.tensor_parallel, sequence_parallel=layout.sequence_parallel
+    )
     named = stack if request.software is not None else None
     options = SystemOptions.of(layout, trace_options, request.streaming, named)
     if target.system is not None:  # a bad --pipeline-stages is refused before any trace is built
-        place(fabric_for(target.system, library, options.nodes, target.source), layout.pipeline_stages, target.source)
+        from archsim.models.placement import place  # the multi-chip modules: not loaded for one chip
+
+        fabric = fabric_for(target.system, library, options.nodes, target.source)
+        place(fabric, layout.pipeline_stages, target.source, layout.tensor_parallel)
     seq_len = request.trace_seq_len
     rebuild = rebuilder(request.workload, library, request.mode, precision, seq_len, trace_options)
     microbatches: int | None = None
@@ -155,6 +160,22 @@ def build(request: RunRequest, library: Library) -> BuiltRun:
     return BuiltRun(request, target, trace, microbatches, options, rebuild if "model" in trace.meta else None)
 
 
+def check_zero(request: RunRequest, target: Target) -> None:
+    """Refuse (one line) a ZeRO stage where archsim does not model it: ZeRO shards data-parallel training."""
+    layout = request.layout
+    if layout.zero == 0:
+        return
+    if target.system is None:
+        problem = "ZeRO shards training state over data-parallel chips: needs a multi-chip system, not a chip"
+        raise UsageError(request.target, "--zero", problem)
+    if request.mode is not Mode.TRAIN:
+        raise UsageError(request.target, "--zero", "ZeRO shards gradients and optimizer state: --mode train only")
+    if layout.pipeline_stages != 1 or layout.microbatches not in (None, 1):
+        flag = "--pipeline-stages" if layout.pipeline_stages != 1 else "--microbatches"
+        problem = f"ZeRO is modelled for data-parallel steps of one micro-batch: leave out {flag} or use --zero 0"
+        raise UsageError(request.target, "--zero", problem)
+
+
 def replay_built(
     built: BuiltRun,
     library: Library,
@@ -183,6 +204,8 @@ def replay_built(
             return RunOutput(result)
         spans = [TimelineSpan(layer.name, layer.start_s, layer.end_s, layer.phase) for layer in result.layers]
         return RunOutput(result, Timeline([(f"chip 0 ({result.target})", spans)]))
+    from archsim.run.system import replay_on_system  # SimPy and the fabric models: not loaded for one chip
+
     options = replace(built.options, software=stack)
     return replay_on_system(
         built.target,
@@ -198,10 +221,10 @@ def replay_built(
 
 def rebuilder(
     workload: str, library: Library, mode: Mode, precision: Precision, seq_len: int | None, options: TraceOptions
-) -> Callable[[int, bool], Trace]:
-    """``rebuild(batch, recompute)``: ``workload``'s trace at another batch, with or without recomputation."""
+) -> Callable[[int, Recompute], Trace]:
+    """``rebuild(batch, recompute)``: ``workload``'s trace at another batch, recomputing ``recompute``."""
 
-    def rebuild(batch: int, recompute: bool) -> Trace:
+    def rebuild(batch: int, recompute: Recompute) -> Trace:
         # asked explicitly, recomputation replaces what the software stack does
         explicit = replace(options, recompute=recompute, rewrites=options.rewrites - {Rewrite.RECOMPUTE})
         return build_trace(workload, library, mode, batch, precision, seq_len, explicit)
@@ -214,12 +237,12 @@ def default_batch_trace(
     streaming: StreamingMemory,
     trace: Trace,
     batch: int | None,
-    rebuild: Callable[[int, bool], Trace],
+    rebuild: Callable[[int, Recompute], Trace],
 ) -> Trace:
     """``trace``, or with no batch asked (``batch`` None) the model's default halved until the step fits."""
     if batch is not None or "model" not in trace.meta:
         return trace
-    recompute = trace.meta.get("recompute") == "true"
+    recompute = trace_recompute(trace)
     while trace.batch > 1 and not memory_fit.fits(chip, streaming, trace.memory_bytes, update_only_bytes(trace.ops)):
         trace = rebuild(trace.batch // 2, recompute)
     return trace

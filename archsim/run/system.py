@@ -30,9 +30,11 @@ from archsim.run.context import RunOutput, SystemContext, SystemOptions
 from archsim.run.data_parallel import data_parallel
 from archsim.run.pipeline import pipelined
 from archsim.run.target import Target, fabric_for
+from archsim.run.tensor_parallel import GroupCalls, group_fabric
 from archsim.spec.efficiency import Efficiency
 from archsim.spec.library import Library
 from archsim.stack import default_software, is_kernel, stack_efficiency
+from archsim.workloads.options import Recompute
 from archsim.workloads.trace import Trace
 
 
@@ -45,7 +47,7 @@ def replay_on_system(
     *,
     record: bool = False,
     family_efficiency: Efficiency | None = None,
-    rebuild: Callable[[int, bool], Trace] | None = None,
+    rebuild: Callable[[int, Recompute], Trace] | None = None,
 ) -> RunOutput:
     """Replay a built trace (one chip's, one microbatch's when pipelined) on ``target``'s system.
 
@@ -64,7 +66,8 @@ def replay_on_system(
     plans = comm_planner(library, system, fabric, asked, named, source)
     if call is not None:  # the links as the library's protocol for a gradient bucket sees them
         fabric = call.fabric
-    placement = place(fabric, options.pipeline_stages, source)
+    tp = options.trace.tensor_parallel
+    placement = place(fabric, options.pipeline_stages, source, tp)
     stack = options.software if options.software is not None else default_software(library, chip, is_kernel(trace))
     efficiency = stack_efficiency(library, chip, stack, trace.precision, family_efficiency)
     algorithm = resolve_algorithm(asked or (call.algorithm if call is not None else None), fabric, source)
@@ -76,8 +79,25 @@ def replay_on_system(
         call.fixed_s if call is not None else 0.0,
     )
     spans = LinkSpans() if record else None
+    calls = None
+    if tp > 1:  # the group's calls see the links as they are, before any protocol (as archsim collective)
+        spec = library.collective_library(named) if named is not None else library.system_collective_library(system)
+        calls = GroupCalls(group_fabric(fabric_for(system, library, options.nodes, source), tp), spec, source)
     context = SystemContext(
-        system, source, fabric, placement, chip, efficiency, comm, options, spans, trace.mode, rebuild, stack, plans
+        system,
+        source,
+        fabric,
+        placement,
+        chip,
+        efficiency,
+        comm,
+        options,
+        spans,
+        trace.mode,
+        rebuild,
+        stack,
+        plans,
+        calls,
     )
     run = data_parallel(context, trace) if microbatches is None else pipelined(context, trace, microbatches)
     return RunOutput(finished(run.result, chip, library, trace), run.timeline)

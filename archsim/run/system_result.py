@@ -18,6 +18,7 @@ from archsim.results.assembly import build_system_result
 from archsim.results.records import LinkRecord, RunResult
 from archsim.results.timeline import MIRRORED_CHIPS, Timeline, TimelineSpan
 from archsim.run.context import SystemContext
+from archsim.workloads.memory import MemoryPerChip
 from archsim.workloads.trace import Op, Trace
 
 
@@ -28,7 +29,7 @@ def system_result(
     microbatches: int,
     entries: Sequence[tuple[Op, OpTiming, int]],
     ops_time_s: float,
-    memory: int,
+    memory: MemoryPerChip,
     single_step: float | str,
     comm: CommLog,
     statistics: LinkStatistics,
@@ -37,7 +38,8 @@ def system_result(
 ) -> RunResult:
     """The result of a step of ``trace`` (one microbatch's) on the context's system.
 
-    ``single_step`` is one chip's time for the same per-replica batch, or why one chip cannot run it.
+    ``single_step`` is one chip's time for the same per-replica batch, or why one chip cannot run it;
+    ``memory`` what the chip that holds the most holds.
     """
     step_s = ops_time_s + context.step_overhead_s
     collectives = sorted(comm.collectives, key=lambda c: (c.start_s, c.stage, c.name))
@@ -59,7 +61,7 @@ def system_result(
         microbatches=microbatches,
         schedule=options.schedule.value if options.pipeline_stages > 1 else None,
         collective=context.comm.algorithm.value if context.placement.data_parallel > 1 else None,
-        memory_bytes=memory,
+        memory=memory,
         single_chip_step_s=single_step if isinstance(single_step, float) else None,
         scaling_note=single_step if isinstance(single_step, str) else None,
         comm_s=comm.busy_s(),
@@ -70,6 +72,7 @@ def system_result(
         bubble_fraction=bubble[1],
         links=link_records(comm.lanes, statistics, step_s),
         collectives=collectives,
+        zero=options.zero,
     )
 
 
@@ -79,12 +82,12 @@ def timeline(context: SystemContext, per_stage: list[list[tuple[str, float, floa
         return Timeline()
     stages = len(per_stage)
     spans = [[TimelineSpan(n, s, e, c) for n, s, e, c in lanes] for lanes in per_stage]
-    chips = context.fabric.num_chips
-    if chips <= MIRRORED_CHIPS:
-        chip_lanes = [(f"chip {i} (stage {i % stages})", spans[i % stages]) for i in range(chips)]
+    chips, t = context.fabric.num_chips, context.placement.tensor_parallel
+    if chips <= MIRRORED_CHIPS:  # chip i runs stage (i // T) mod P
+        chip_lanes = [(f"chip {i} (stage {i // t % stages})", spans[i // t % stages]) for i in range(chips)]
     else:
         each = chips // stages
-        chip_lanes = [(f"chip {s} (stage {s}, stands for {each} chips)", spans[s]) for s in range(stages)]
+        chip_lanes = [(f"chip {s * t} (stage {s}, stands for {each} chips)", spans[s]) for s in range(stages)]
     link_lanes = [
         (
             f"{lane.name} [{lane.tier.link}]",

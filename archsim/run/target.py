@@ -8,12 +8,15 @@ resolves a request's target once (:func:`resolve`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from archsim import memory_fit
-from archsim.models.interconnect import Fabric, build_fabric
 from archsim.spec.chip import ChipSpec
 from archsim.spec.library import Library
-from archsim.spec.system import SystemSpec
+
+if TYPE_CHECKING:  # a system's: a one-chip run loads neither module
+    from archsim.models.interconnect import Fabric
+    from archsim.spec.system import SystemSpec
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,8 @@ def preferred_capacity_bytes(chip: ChipSpec) -> int:
 
 def fabric_for(system: SystemSpec, library: Library, nodes: int, source: str) -> Fabric:
     """The fabric of a validated system scaled to ``nodes``."""
+    from archsim.models.interconnect import build_fabric
+
     names = {level.link for level in system.levels.values()}
     if system.scale_out is not None:
         names.add(system.scale_out.link)

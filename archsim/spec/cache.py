@@ -22,6 +22,10 @@ either the old file or the new.
 
 A file whose YAML or header is bad is recorded with its problem, so the library reports it on every
 run, as it does with no cache.
+
+:func:`load_entry_points` and :func:`store_entry_points` keep the plug-in entry points of the
+installed distributions (:func:`archsim.spec.registry.installed_entry_points`), keyed by the folders on
+``sys.path`` and their modification times, which change when a distribution is installed or removed.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import hashlib
 import json
 import os
 import pickle
+import sys
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -241,6 +246,58 @@ def store_spec(path: Path, kind: str, spec: Any) -> None:
         return
     record = (_stamp(), os.path.abspath(path), signature, kind, spec)
     _save(target, pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _path_signature() -> list[list[Any]]:
+    """Each folder (or archive) on ``sys.path`` with its modification time in ns (None: not there).
+
+    Installing or removing a distribution adds or removes its ``*.dist-info`` folder, which changes the
+    modification time of the folder holding it: importlib's finders key their own listings of a folder
+    on that time too.
+    """
+    signature: list[list[Any]] = []
+    for entry in sys.path:
+        try:
+            signature.append([str(entry), os.stat(entry or ".").st_mtime_ns])
+        except (OSError, ValueError, TypeError):  # missing, unreadable, or not a file name at all
+            signature.append([str(entry), None])
+    return signature
+
+
+def _entry_points_file(signature: list[list[Any]]) -> Path | None:
+    folder = cache_dir()
+    if folder is None:
+        return None
+    key = json.dumps([entry for entry, _ in signature]).encode("utf-8", "surrogateescape")
+    return folder / f"entry-points-{hashlib.sha256(key).hexdigest()[:20]}.json"
+
+
+def load_entry_points() -> list[tuple[str, str, str]] | None:
+    """The ``(group, name, value)`` of archsim's entry points recorded for the current ``sys.path``.
+
+    None when nothing is recorded for it, or when a folder on it changed since (its modification time).
+    """
+    signature = _path_signature()
+    target = _entry_points_file(signature)
+    if target is None:
+        return None
+    try:
+        with open(target, encoding="utf-8") as file:
+            cached = json.load(file)
+        if cached["format"] != _FORMAT or cached["path"] != signature:
+            return None
+        return [(str(group), str(name), str(value)) for group, name, value in cached["points"]]
+    except (OSError, ValueError, TypeError, KeyError):  # absent, unreadable or not of this layout: a miss
+        return None
+
+
+def store_entry_points(points: list[tuple[str, str, str]]) -> None:
+    """Record the entry points found on the current ``sys.path`` (when none of its folders changed lately)."""
+    signature = _path_signature()
+    target = _entry_points_file(signature)
+    if target is None or not all(_settled([mtime_ns]) for _, mtime_ns in signature if mtime_ns is not None):
+        return
+    _save(target, json.dumps({"format": _FORMAT, "path": signature, "points": [list(p) for p in points]}))
 
 
 def _save(target: Path, content: str | bytes) -> None:

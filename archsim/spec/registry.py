@@ -13,9 +13,10 @@ A definition names everything archsim needs to know about a kind of chip, in one
 A family module defines these and calls :func:`register_family` when imported. The built-in families
 are such modules (:data:`BUILTIN_MODULES`); the registry imports them, then the modules named by the
 entry points of the group :data:`ENTRY_POINT_GROUP` (installed packages), then those named in the
-:data:`ENV_VAR` environment variable (modules on ``PYTHONPATH``), the first time a family is looked
-up. The modules are named as strings and imported on demand, so this module depends on nothing
-above ``spec/``; a later registration of a name replaces an earlier one.
+:data:`ENV_VAR` environment variable (modules on ``PYTHONPATH``), the first time every family is
+asked for. Looking up one built-in family while no plug-in module is named imports its module alone
+(a run needs its chip's family only). The modules are named as strings and imported on demand, so
+this module depends on nothing above ``spec/``; a later registration of a name replaces an earlier one.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from importlib.metadata import EntryPoints, entry_points
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from archsim.errors import ArchsimError, PluginError, SpecError
@@ -36,6 +36,8 @@ from archsim.spec.common import Precision, Spec
 from archsim.spec.efficiency import Efficiency
 
 if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
     from archsim.spec.chip import ChipSpec
 
 BUILTIN_MODULES = (
@@ -153,14 +155,35 @@ class FamilyDefinition:
 
 
 @cache
-def installed_entry_points() -> EntryPoints:
-    """Every entry point of the installed distributions, scanned once per process.
+def installed_entry_points() -> tuple[EntryPoint, ...]:
+    """The entry points of archsim's groups (``archsim.*``) in the installed distributions, found once per process.
 
-    The scan reads every distribution's metadata (tens of milliseconds at start-up), so the family
-    and cost-model plug-ins share it; ``installed_entry_points.cache_clear()`` scans again.
+    Scanning every distribution's metadata takes tens of milliseconds at start-up, so what the scan
+    finds is kept in the library cache, keyed by the folders on ``sys.path`` and their modification
+    times (:func:`archsim.spec.cache.load_entry_points`): a run scans again only after a distribution
+    was installed or removed. The family and cost-model plug-ins share it;
+    ``installed_entry_points.cache_clear()`` looks again.
     """
-    scanned = entry_points()  # every group (SelectableGroups before Python 3.12)
-    return EntryPoints(point for group in sorted(scanned.groups) for point in scanned.select(group=group))
+    from archsim.spec.cache import load_entry_points, store_entry_points
+
+    found = load_entry_points()
+    if found is None:
+        from importlib.metadata import entry_points
+
+        scanned = entry_points()  # every group (SelectableGroups before Python 3.12)
+        groups = sorted(group for group in scanned.groups if group.startswith("archsim."))
+        found = [(group, point.name, point.value) for group in groups for point in scanned.select(group=group)]
+        store_entry_points(found)
+    if not found:
+        return ()  # the usual case: importlib.metadata is not even imported
+    from importlib.metadata import EntryPoint
+
+    return tuple(EntryPoint(name, value, group) for group, name, value in found)
+
+
+def entry_points_of(group: str) -> list[EntryPoint]:
+    """The installed entry points of ``group``, in name order (:func:`installed_entry_points`)."""
+    return sorted((point for point in installed_entry_points() if point.group == group), key=lambda p: p.name)
 
 
 _FAMILIES: dict[str, FamilyDefinition] = {}
@@ -205,7 +228,12 @@ def _load() -> None:
     try:
         for module in BUILTIN_MODULES:
             importlib.import_module(module)
-        for point in sorted(installed_entry_points().select(group=ENTRY_POINT_GROUP), key=lambda p: p.name):
+        # the built-ins first, in their order, whichever of them was imported first (looked up alone)
+        builtins = [module.rpartition(".")[2] for module in BUILTIN_MODULES]
+        ordered = {name: _FAMILIES[name] for name in builtins if name in _FAMILIES} | _FAMILIES
+        _FAMILIES.clear()
+        _FAMILIES.update(ordered)
+        for point in entry_points_of(ENTRY_POINT_GROUP):
             _import(point.value.split(":")[0].strip(), f"entry point {point.name} = {point.value}")
         for module in (m.strip() for m in os.environ.get(ENV_VAR, "").split(",")):
             if module:
@@ -213,6 +241,20 @@ def _load() -> None:
     except BaseException:
         _loaded = False  # the next lookup tries again, and fails the same way, rather than missing a family
         raise
+
+
+def _builtin_alone(name: str) -> FamilyDefinition | None:
+    """The built-in family ``name``, importing its module alone, when no plug-in could replace it.
+
+    A run looks up one family, its chip's: the other built-in modules are imported when every family
+    is asked for (:func:`families`). With a plug-in module named (an entry point or :data:`ENV_VAR`)
+    everything is loaded in order instead, so that the plug-in's registration of a name wins as before.
+    """
+    module = f"archsim.models.{name}"
+    if _loaded or module not in BUILTIN_MODULES or entry_points_of(ENTRY_POINT_GROUP) or os.environ.get(ENV_VAR):
+        return None
+    importlib.import_module(module)
+    return _FAMILIES.get(name)
 
 
 def families() -> dict[str, FamilyDefinition]:
@@ -228,7 +270,7 @@ def family_names() -> tuple[str, ...]:
 
 def family_definition(name: str) -> FamilyDefinition:
     """The family called ``name``; an unknown name is a ValueError naming the known ones."""
-    found = families().get(name)
+    found = _builtin_alone(name) or families().get(name)
     if found is None:
         raise ValueError(
             f"unknown family {name!r} (known: {', '.join(family_names())}; a plug-in family's module is named "

@@ -67,6 +67,10 @@ RUN_SETTINGS = (
     "input_decode",
     "prompt_len",
     "gen_len",
+    "tensor_parallel",
+    "sequence_parallel",
+    "interleave",
+    "zero",
 )
 MAX_AXIS_VALUES = 100_000
 """Values one axis may take (a range that would produce more is refused)."""
@@ -94,8 +98,8 @@ class RunSettings(Spec):
     overlap: StrictBool = True
     fusion: Fusion | None = None
     """None: what the software does."""
-    recompute: StrictBool | None = None
-    """None: what the software does."""
+    recompute: StrictBool | Literal["none", "selective", "full"] | None = None
+    """``none``, ``selective`` or ``full`` (True: full, False: none); None: what the software does."""
     software: Name | None = None
     """The software stack (a ``software/`` name; None: the chip's default)."""
     streaming_memory: StreamingMemory = StreamingMemory.NONE
@@ -109,6 +113,14 @@ class RunSettings(Spec):
     """Prompt tokens per sequence of the text-generation modes (None: 128)."""
     gen_len: Count | None = None
     """Tokens generated per sequence of ``decode`` and ``generate`` (None: 128)."""
+    tensor_parallel: Count = 1
+    """Chips that split each layer of a decoder model (a system target)."""
+    sequence_parallel: StrictBool = False
+    """Sequence parallelism within the tensor-parallel group."""
+    interleave: Count = 1
+    """Model chunks per pipeline stage (interleaved 1F1B)."""
+    zero: Literal[0, 1, 2, 3] = 0
+    """ZeRO stage of a data-parallel training run (0: none)."""
 
 
 class WorkloadEntry(Spec):

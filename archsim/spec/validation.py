@@ -4,16 +4,17 @@ Published measurements, each mapped to the archsim run that predicts it.
 
 A row names a target, a workload and its settings (those of the published run: batch, precision,
 sequence length -- the prompt's, for a ``prefill`` or ``decode`` run, with ``gen_len`` --, gradient
-accumulation as ``microbatches`` on a system, ``nodes``, ``pipeline_stages`` and an IPU's
-``streaming_memory`` as the CLI options of the same names, the ``software`` stack and, where the run
-departed from what that stack does, its ``fusion`` and ``recompute``), which metric was measured
-(``throughput`` of the whole target in samples/s; ``op_time``: the time of the op of ``phase`` in the
-run, in ms; ``op_rate``: that op's FLOPs over its time, in TFLOP/s; ``ttft``: a prefill run's time to
-first token, in ms; ``busbw``: the bus bandwidth of one collective call of ``bytes`` bytes, in GB/s as
-nccl-tests prints it, with ``workload`` the collective, ``software`` its collective library and no
-``mode``: what ``archsim collective`` answers), the published value with its unit and source, and the
-group it belongs to (``operator``, ``single_chip``, ``multi_chip``). The table states the error
-tolerance of each group.
+accumulation as ``microbatches`` on a system, ``nodes``, ``pipeline_stages``, ``tensor_parallel``,
+``sequence_parallel`` and an IPU's ``streaming_memory`` as the CLI options of the same names, the
+``software`` stack and, where the run departed from what that stack does, its ``fusion`` and
+``recompute``), which metric was measured (``throughput`` of the whole target in samples/s;
+``op_time``: the time of the op of ``phase`` in the run, in ms; ``op_rate``: that op's FLOPs over
+its time, in TFLOP/s; ``ttft``: a prefill run's time to first token, in ms; ``step_time``: the
+step's time, in s (a training iteration); ``busbw``: the bus bandwidth of one collective call of
+``bytes`` bytes, in GB/s as nccl-tests prints it, with ``workload`` the collective, ``software`` its
+collective library and no ``mode``: what ``archsim collective`` answers), the published value with
+its unit and source, and the group it belongs to (``operator``, ``single_chip``, ``multi_chip``).
+The table states the error tolerance of each group.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class Metric(enum.StrEnum):
     OP_TIME = "op_time"
     OP_RATE = "op_rate"
     TTFT = "ttft"
+    STEP_TIME = "step_time"
     BUSBW = "busbw"
 
     @property
@@ -66,6 +68,7 @@ UNITS = {
     Metric.OP_TIME: ("ms",),
     Metric.OP_RATE: ("TFLOP/s",),
     Metric.TTFT: ("ms",),
+    Metric.STEP_TIME: ("s",),
     Metric.BUSBW: ("GB/s",),
 }
 
@@ -91,6 +94,10 @@ class Row(Spec):
     """On a system: copies of it joined by its scale-out fabric, as ``--nodes``."""
     pipeline_stages: Count | None = None
     """On a system: chips per pipeline, as ``--pipeline-stages``."""
+    tensor_parallel: Count | None = None
+    """On a system: chips that split each layer of a decoder model, as ``--tensor-parallel``."""
+    sequence_parallel: bool | None = None
+    """With ``tensor_parallel``: sequence parallelism, as ``--sequence-parallel``."""
     streaming_memory: StreamingMemory | None = None
     """On an IPU system: what may live in streaming memory, as ``--streaming-memory``."""
     bytes: Count | None = None
@@ -99,8 +106,8 @@ class Row(Spec):
     """The software stack of the published run, as ``--software`` (None: the chip's default)."""
     fusion: Fusion | None = None
     """Ops the published run's framework fused, as ``--fusion`` (None: what its software does)."""
-    recompute: bool | None = None
-    """Whether the published run recomputed activations, as ``--recompute`` (None: as its software does)."""
+    recompute: bool | Literal["none", "selective", "full"] | None = None
+    """What the published run recomputed, as ``--recompute`` (True: full; None: as its software does)."""
     metric: Metric
     phase: Literal["fwd", "bwd_data", "bwd_weight", "update"] | None = None
     """For ``op_time``: the phase of the op whose time was measured (a run has one op per phase)."""
@@ -129,7 +136,7 @@ class Row(Spec):
             raise ValueError("bytes (the message size) is required with metric busbw and only there")
         if self.published <= 0:
             raise ValueError(f"published must be positive, got {self.published}")
-        if self.recompute and self.mode != "train":
+        if self.recompute not in (None, False, "none") and self.mode != "train":
             raise ValueError("recompute applies to training rows only")
         return self
 

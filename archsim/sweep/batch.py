@@ -45,6 +45,7 @@ from archsim.sweep.expand import Configuration, Task, run_arguments, si_value, v
 from archsim.sweep.worker import SweepContext, design_columns, result_columns, run_chunk, worker_library
 from archsim.uncertainty import error_bars
 from archsim.workloads import build_trace
+from archsim.workloads.options import Recompute
 from archsim.workloads.trace import Trace
 
 BATCH_FAMILIES = ("systolic",)
@@ -66,6 +67,10 @@ def batch_reason(spec: SweepSpec, library: Library) -> str | None:
         return "a multi-stage or time-to-train run"
     if settings.mode in ("prefill", "decode", "generate") or (settings.prompt_len, settings.gen_len) != (None, None):
         return "a text-generation run"
+    if settings.zero:
+        return "settings.zero is set"
+    if settings.tensor_parallel != 1 or settings.sequence_parallel or settings.interleave != 1:
+        return "a tensor-parallel or interleaved run"
     for path in spec.axis_paths:
         if not path.startswith("chip."):
             return f"axis {path} is not a chip field"
@@ -101,7 +106,7 @@ class _Traces:
     def __init__(self) -> None:
         self.built: dict[tuple[Any, ...], Trace] = {}
         self.needs: dict[int, tuple[Trace, list[Need]]] = {}
-        self.plans: dict[tuple[Any, ...], tuple[Trace, Callable[[int, bool], Trace], SoftwareSpec]] = {}
+        self.plans: dict[tuple[Any, ...], tuple[Trace, Callable[[int, Recompute], Trace], SoftwareSpec]] = {}
         """A run's first trace, its rebuilder and software, by target, workload entry, family and precision."""
 
     def needs_of(self, trace: Trace) -> list[Need]:

@@ -31,11 +31,19 @@ from archsim.models.base import Bound, Unit, compulsory_bytes
 from archsim.models.energy import BITS_PER_BYTE, SRAM_ACCESSES_PER_DRAM_BYTE, ChipEnergy, throttle
 from archsim.models.systolic import SystolicSection
 from archsim.models.systolic_batch import ArrayBatch, exact_integers, matrix_costs
-from archsim.results.assembly import generation_fields, input_wait, memory_fields, throughput_unit, tokens_per_sample
+from archsim.results.assembly import (
+    decoder_fields,
+    generation_fields,
+    input_wait,
+    memory_fields,
+    throughput_unit,
+    tokens_per_sample,
+)
 from archsim.results.records import Normalized, RunResult
 from archsim.spec.chip import ChipSpec
 from archsim.spec.efficiency import Efficiency
 from archsim.spec.registry import FamilyEfficiency
+from archsim.workloads.memory import memory_per_chip
 from archsim.workloads.trace import Mode, Trace
 
 Floats = npt.NDArray[np.float64]
@@ -261,6 +269,8 @@ class _Run:
             time_by_bound=self.by_bound,
             **memory_fields(chip, trace.memory_bytes),
             **generation,
+            **decoder_fields(trace, 1, throughput, step_time_s, chip.peak_flops(trace.precision)),
+            memory_per_chip=memory_per_chip(trace),
             global_batch=trace.batch,
             single_chip_throughput=self.throughput / 1 * limit.clock_scale,
             throughput_unit=unit,

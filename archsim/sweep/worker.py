@@ -88,6 +88,9 @@ RESULT_COLUMNS = (
     "e2e_s",
     "output_tokens_per_s",
     "max_batch",
+    "tensor_parallel",
+    "sequence_parallel",
+    "mfu",
 )
 """The scalar fields of :class:`~archsim.results.records.RunResult`; ``normalized`` is flattened to
 ``throughput_per_*`` and ``time_by_bound`` to ``*_bound_s``; ``step_bound`` is the input pipeline's

@@ -104,6 +104,8 @@ class ValidationReport:
                     "microbatches": r.row.microbatches,
                     "nodes": r.row.nodes,
                     "pipeline_stages": r.row.pipeline_stages,
+                    "tensor_parallel": r.row.tensor_parallel,
+                    "sequence_parallel": r.row.sequence_parallel,
                     "streaming_memory": None if r.row.streaming_memory is None else r.row.streaming_memory.value,
                     "bytes": r.row.bytes,
                     "software": r.row.software,
@@ -143,6 +145,7 @@ def prepare(row: Row, library: Library) -> Prepared:
             ("microbatches", row.microbatches),
             ("nodes", row.nodes),
             ("pipeline_stages", row.pipeline_stages),
+            ("tensor_parallel", row.tensor_parallel),
         ):
             if value is not None:
                 raise SpecError(row.id, field, "needs a multi-chip system as the target")
@@ -163,6 +166,8 @@ def prepare(row: Row, library: Library) -> Prepared:
         fusion=row.fusion,
         recompute=row.recompute,
         streaming_memory=row.streaming_memory,
+        tensor_parallel=row.tensor_parallel or 1,
+        sequence_parallel=bool(row.sequence_parallel),
     )
     built = build(request, library)
     return Prepared(row, built.target, built)
@@ -175,6 +180,8 @@ def measure(row: Row, result: RunResult) -> float:
     if row.metric is Metric.TTFT:
         assert result.ttft_s is not None  # a prefill row (checked by the row's validator)
         return 1e3 * result.ttft_s
+    if row.metric is Metric.STEP_TIME:
+        return result.step_time_s
     layers = [layer for layer in result.layers if layer.phase == row.phase]
     if not layers:
         raise SpecError(row.id, "phase", f"the run has no op of phase {row.phase!r}")

@@ -29,17 +29,18 @@ from typing import TYPE_CHECKING, Any
 from archsim.errors import SpecError, UsageError
 from archsim.spec.common import Fusion, Precision
 from archsim.spec.library import Entry, Library
-from archsim.spec.model import Architecture, ModelSpec
+from archsim.spec.model import Architecture, DecoderSection, ModelSpec
 from archsim.workloads.bert import bert_graph
 from archsim.workloads.chakra import is_chakra, read_chakra
 from archsim.workloads.conv import conv_graph, is_conv
-from archsim.workloads.decoder import DEFAULT_GEN_LEN, DEFAULT_PROMPT_LEN, decoder_graph
+from archsim.workloads.decoder import DEFAULT_GEN_LEN, DEFAULT_PROMPT_LEN, decoder_graph, matrix_flops, step_shape
 from archsim.workloads.gemm import gemm_graph, is_gemm
 from archsim.workloads.graph import ForwardGraph
 from archsim.workloads.memory import finish_trace
 from archsim.workloads.onnx_import import is_onnx
-from archsim.workloads.options import TraceOptions
+from archsim.workloads.options import Recompute, TraceOptions
 from archsim.workloads.resnet import resnet_graph
+from archsim.workloads.tensor_parallel import ShardComm, with_tensor_parallel
 from archsim.workloads.trace import Mode, Trace
 
 if TYPE_CHECKING:
@@ -87,9 +88,13 @@ def _model_trace(
         raise UsageError(source, "--mode", problem)
     if options.gen_len is not None and mode is not Mode.DECODE:
         raise UsageError(source, "--gen-len", "sets the tokens a decode run generates: --mode decode only")
+    if options.tensor_parallel > 1 and spec.decoder is None:
+        raise UsageError(source, "--tensor-parallel", f"splits decoder language models only, not {spec.name}")
     if spec.architecture is Architecture.DECODER and spec.decoder is not None:
-        seq_len, graph, meta = _decoder_graph(spec, source, mode, batch, precision, seq_len, options.gen_len, meta)
-    elif spec.architecture is Architecture.BERT and spec.bert is not None:
+        seq_len, graph, meta = _decoder_graph(spec, source, mode, batch, precision, seq_len, options, meta)
+        trace = finish_trace(replace(graph, meta=meta), mode, batch, seq_len, spec.optimizer, options)
+        return with_tensor_parallel(trace, _shard_comm(spec.decoder, mode, batch, trace, options))
+    if spec.architecture is Architecture.BERT and spec.bert is not None:
         limit = spec.bert.max_position
         if seq_len is None:
             seq_len = spec.bert.default_seq_len
@@ -111,11 +116,16 @@ def _decoder_graph(
     batch: int,
     precision: Precision,
     seq_len: int | None,
-    gen_len: int | None,
+    options: TraceOptions,
     meta: dict[str, str],
 ) -> tuple[int, ForwardGraph, dict[str, str]]:
-    """A decoder's sequence (or prompt) length, forward graph and trace meta for ``mode``."""
+    """A decoder's sequence (or prompt) length, forward graph (one tensor-parallel shard) and trace meta.
+
+    ``meta["model_flops"]`` is the whole model's :func:`~archsim.workloads.decoder.matrix_flops` for the
+    step (what MFU counts).
+    """
     assert spec.decoder is not None
+    gen_len = options.gen_len
     limit = spec.decoder.max_position
     generated = 0
     if mode.is_generation:
@@ -129,10 +139,34 @@ def _decoder_graph(
         what = f"{seq_len} prompt + {generated} generated tokens" if generated else f"{seq_len} tokens"
         flag = "--prompt-len" if mode.is_generation else "--seq-len"
         raise UsageError(source, flag, f"{what} exceed {spec.name}'s max_position of {limit}")
-    graph = decoder_graph(spec, mode, batch, seq_len, precision, generated)
+    tp, sp = options.tensor_parallel, options.sequence_parallel
+    if sp and tp == 1:
+        raise UsageError(
+            source, "--sequence-parallel", "splits a tensor-parallel group's tokens: needs --tensor-parallel"
+        )
+    try:
+        graph = decoder_graph(spec, mode, batch, seq_len, precision, generated, tp, sp)
+    except ValueError as error:
+        flag = "--sequence-parallel" if "sequence" in str(error) else "--tensor-parallel"
+        raise UsageError(source, flag, str(error)) from None
+    meta["model_flops"] = str(matrix_flops(spec.decoder, mode, batch, *step_shape(mode, seq_len, generated)))
     if mode.is_generation:
         meta["kv_cache_bytes"] = str(graph.kv_cache_bytes)
     return seq_len, graph, meta
+
+
+def _shard_comm(cfg: DecoderSection, mode: Mode, batch: int, trace: Trace, options: TraceOptions) -> ShardComm:
+    """What the tensor-parallel shards of a decoder step exchange (:mod:`archsim.workloads.tensor_parallel`)."""
+    assert trace.seq_len is not None
+    queries = 1 if mode is Mode.DECODE else trace.seq_len
+    tokens, elem = batch * queries, trace.precision.bytes
+    return ShardComm(
+        options.tensor_parallel,
+        options.sequence_parallel,
+        tokens * cfg.hidden * elem,
+        loss_tokens=tokens if mode is Mode.TRAIN else 0,
+        logits_bytes=batch * cfg.vocab * elem if mode.is_generation else 0,
+    )
 
 
 def _file_trace(
@@ -206,7 +240,7 @@ def _build(
     if mode is Mode.GENERATE:  # a prefill and decode steps: two traces, built by archsim.run.generation
         raise UsageError(workload, "--mode", "generate is a prefill then decode steps, not one trace: use archsim run")
     options = options or TraceOptions()
-    if options.recompute and mode is not Mode.TRAIN:
+    if options.recomputation is not Recompute.NONE and mode is not Mode.TRAIN:
         raise UsageError(workload, "--recompute", "recomputes activations for the backward pass: training only")
     _positive(batch, "--batch", workload)
     _positive(seq_len, "--seq-len", workload)
@@ -216,6 +250,8 @@ def _build(
     ):
         flag = "--mode" if mode.is_generation else "--gen-len"
         raise UsageError(workload, flag, "prefill and decode generate text: decoder language models only")
+    if options.tensor_parallel > 1 and any(inline(workload) for inline in (is_gemm, is_conv, is_onnx, is_chakra)):
+        raise UsageError(workload, "--tensor-parallel", "splits decoder language models only (a model description)")
     if is_gemm(workload):
         if batch not in (None, 1):
             raise UsageError(
@@ -266,10 +302,12 @@ def _build(
 def _built_already(source: str, options: TraceOptions) -> None:
     """A trace file keeps the fusion, recomputation and generation length it was built with."""
     if not options.is_default:
-        flag = "--recompute" if options.recompute else "--fusion"
+        flag = "--recompute" if options.recomputation is not Recompute.NONE else "--fusion"
         raise UsageError(source, flag, "a trace file is already built; fuse or recompute when building it")
     if options.gen_len is not None:
         raise UsageError(source, "--gen-len", "a trace file is already built for its generation length")
+    if options.tensor_parallel > 1:
+        raise UsageError(source, "--tensor-parallel", "splits decoder language models only (a model description)")
 
 
 def microbatch_trace(

@@ -137,7 +137,7 @@ def rank_traces(request: Any, library: Library, *, all_ranks: bool = False) -> l
         raise UsageError(request.target, "--all-ranks", f"{count} files: at most {MAX_RANK_FILES}")
     trace = built.trace
     if built.microbatches is None:
-        if step.replicas > 1 and not trace.has_comm:
+        if step.replicas > 1 and not trace.has_link_comm:
             trace = with_gradient_all_reduces(trace, options.bucket_bytes, options.overlap)
         durations = _durations(trace, result.layers)
         return [_flat(rank, trace, durations, step) for rank in range(count)]

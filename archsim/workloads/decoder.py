@@ -16,8 +16,9 @@ of size ``d`` (``A/G`` query heads share one K and V: grouped-query attention), 
 
 Ops per layer ``layers.{i}`` (pre-norm): norm, fused QKV projection (``n = (A + 2G) d``), rotary
 embedding of Q and K (``positions: rotary``), scores ``Q K^T`` (Gemm ``batch = B G, m = (A/G) q,
-n = c, k = d``), scale + causal mask, softmax, [dropout], context ``P V`` (``batch = B G, m = (A/G) q,
-n = d, k = c``), output projection, [dropout], residual add, norm, feed-forward, [dropout], residual
+n = c, k = d``), scale + causal mask, softmax, [dropout of the probabilities], context ``P V``
+(``batch = B G, m = (A/G) q, n = d, k = c``) -- the attention core, which selective recomputation
+runs again --, output projection, [dropout], residual add, norm, feed-forward, [dropout], residual
 add. The feed-forward is ``up -> GELU -> down`` or SwiGLU's fused ``gate|up -> SiLU(gate) * up ->
 down``; with ``moe`` a router (``n = E``), softmax and top-k, a dispatch of each token to its ``k``
 experts' buffers, the experts' FFNs as batched products over the ``E`` experts (``m`` = tokens per
@@ -34,6 +35,15 @@ parameters a token multiplies by: every layer's projection weights (with ``moe``
 output projection on the tokens that get logits. Training is three times the forward (Megatron-LM's
 ``72 B S L h^2 (1 + S/(6h) + V/(12 h L))`` for GPT; PaLM's ``6 N + 12 L S A d`` per token), the
 attention term counted without causal halving. :func:`matrix_flops` states it in code for the tests.
+
+With tensor parallelism of degree ``T`` (Megatron-LM, Shoeybi et al. 2019) the graph is one chip's
+shard: the QKV projection keeps ``A/T`` query heads and ``G/T`` key/value heads (one, replicated,
+when ``T`` is a multiple of ``G``, as Megatron and TensorRT-LLM do for GQA), attention runs on the
+local heads, the output projection reads ``A d / T`` inputs, the feed-forward (each expert's) keeps
+``F/T`` columns, and the token table and output projection keep ``ceil(V/T)`` rows (vocabulary
+parallel). Norms, residual adds and dropouts run on every token, or on ``1/T`` of them with sequence
+parallelism (Korthikanti et al. 2022). The collectives between the shards are added by
+:mod:`archsim.workloads.tensor_parallel`.
 """
 
 from __future__ import annotations
@@ -96,20 +106,60 @@ def matrix_flops(cfg: DecoderSection, mode: Mode, batch: int, queries: int, cont
     return 3 * forward if mode is Mode.TRAIN else forward
 
 
+def step_shape(mode: Mode, seq_len: int, gen_len: int) -> tuple[int, int]:
+    """``(queries, context)`` of a step: new tokens per sequence and the keys they attend to."""
+    if mode is Mode.DECODE:
+        return 1, seq_len + (gen_len + 1) // 2
+    return seq_len, seq_len
+
+
+def kv_heads_per_chip(cfg: DecoderSection, tensor_parallel: int) -> int:
+    """Key/value heads a chip of ``tensor_parallel`` holds: ``G/T``, or one (replicated) when ``G < T``."""
+    if cfg.kv_heads % tensor_parallel == 0:
+        return cfg.kv_heads // tensor_parallel
+    return 1
+
+
+def tensor_parallel_problem(cfg: DecoderSection, tensor_parallel: int) -> str | None:
+    """Why ``cfg`` cannot be split over ``tensor_parallel`` chips (None: it can)."""
+    t = tensor_parallel
+    if cfg.heads % t:
+        return f"{t} must divide the {cfg.heads} attention heads"
+    if cfg.kv_heads % t and t % cfg.kv_heads:
+        return f"{t} must divide the {cfg.kv_heads} key/value heads or be a multiple of them"
+    if cfg.ffn % t:
+        return f"{t} must divide the feed-forward size {cfg.ffn}"
+    return None
+
+
 class _Decoder:
-    """Builds the ops of one forward pass (or one decode step) of a decoder language model."""
+    """Builds the ops of one forward pass (or one decode step) of a decoder language model (one TP shard)."""
 
     def __init__(
-        self, spec: ModelSpec, cfg: DecoderSection, mode: Mode, batch: int, queries: int, context: int, p: Precision
+        self,
+        spec: ModelSpec,
+        cfg: DecoderSection,
+        mode: Mode,
+        batch: int,
+        shape: tuple[int, int],
+        p: Precision,
+        tensor_parallel: int = 1,
+        sequence_parallel: bool = False,
     ) -> None:
         self.g = GraphBuilder(spec.name, p)
         self.cfg = cfg
         self.mode = mode
         self.train = mode is Mode.TRAIN
         self.b = batch
-        self.q = queries
-        self.c = context
-        self.tokens = batch * queries
+        self.q, self.c = shape
+        self.tokens = batch * self.q
+        t = tensor_parallel
+        self.heads = cfg.heads // t
+        self.kv = kv_heads_per_chip(cfg, t)
+        self.ffn_size = cfg.ffn // t
+        self.vocab = -(-cfg.vocab // t)
+        self.rows = self.tokens // t if sequence_parallel else self.tokens
+        """Tokens the norms, residual adds and dropouts of this chip see (``1/T`` with sequence parallelism)."""
 
     def linear(self, name: str, x: TensorAccess, rows: int, n: int, k: int) -> TensorAccess:
         """``rows x k`` activation times a ``k x n`` weight (plus a bias when the model has them)."""
@@ -121,7 +171,7 @@ class _Decoder:
 
     def norm(self, name: str, x: TensorAccess) -> TensorAccess:
         """LayerNorm or RMSNorm over the hidden size; training also writes the per-row statistics."""
-        g, h, rows = self.g, self.cfg.hidden, self.tokens
+        g, h, rows = self.g, self.cfg.hidden, self.rows
         elements = rows * h
         rms = self.cfg.norm is Norm.RMSNORM
         params = (g.weight(f"{name}.weight", h),) + (() if rms or not self.cfg.bias else (g.weight(f"{name}.bias", h),))
@@ -146,7 +196,7 @@ class _Decoder:
         g, cfg, tokens, h = self.g, self.cfg, self.tokens, self.cfg.hidden
         ids = TensorAccess(TOKENS, tokens * INT_BYTES)
         x = g.act("embed_tokens.out", tokens * h)
-        table = g.weight(EMBEDDING, cfg.vocab * h, touched=min(cfg.vocab, tokens) * h)
+        table = g.weight(EMBEDDING, self.vocab * h, touched=min(self.vocab, tokens) * h)
         g.add("embed_tokens", OpKind.EMBEDDING, 0, (ids, table), (x,), rule=BackwardRule((ids.name,), tokens * h))
         if cfg.positions is Positions.LEARNED:
             rows = self.q  # the positions of the new tokens, the same for every sequence
@@ -156,13 +206,22 @@ class _Decoder:
             total = g.act("embed.add.out", tokens * h)
             g.add("embed.add", OpKind.ELEMENTWISE, tokens * h, (x, pos), (total,), rule=BackwardRule((), tokens * h))
             x = total
-        return self.dropout("embed.dropout", x)
+        return self.dropout("embed.dropout", self.local(x))
+
+    def local(self, x: TensorAccess) -> TensorAccess:
+        """``x`` (a whole ``tokens x h`` activation) as the norms and residual adds see it: this chip's rows."""
+        return TensorAccess(x.name, self.rows * self.cfg.hidden * self.g.elem)
+
+    def gathered(self, x: TensorAccess) -> TensorAccess:
+        """A norm's output ``x`` as a column-parallel product reads it: every token (all-gathered with SP)."""
+        return TensorAccess(x.name, self.tokens * self.cfg.hidden * self.g.elem)
 
     def attention(self, prefix: str, x: TensorAccess) -> TensorAccess:
         """Causal self-attention with grouped K/V heads, up to its output projection."""
         g, cfg, b = self.g, self.cfg, self.b
-        d, heads, kv = cfg.head_size, cfg.heads, cfg.kv_heads
+        d, heads, kv = cfg.head_size, self.heads, self.kv
         group, tokens, c = heads // kv, self.tokens, self.c
+        x = self.gathered(x)
         q, k, v = (
             g.act(f"{prefix}.q", tokens * heads * d),
             *(g.act(f"{prefix}.{part}", tokens * kv * d) for part in ("k", "v")),
@@ -181,6 +240,7 @@ class _Decoder:
         if self.mode is Mode.DECODE:  # the new token's K and V join the cache, which the products read whole
             k = TensorAccess(f"{prefix}.k_cache", b * c * kv * d * g.elem)
             v = TensorAccess(f"{prefix}.v_cache", b * c * kv * d * g.elem)
+        core = len(g.ops)  # scores to context: the attention core selective recomputation runs again
         scores_n = b * heads * self.q * c
         scores = g.act(f"{prefix}.scores.out", scores_n)
         g.matmul(f"{prefix}.scores", Gemm(b * kv, group * self.q, c, d), (q, k), scores)
@@ -190,14 +250,15 @@ class _Decoder:
         g.elementwise(
             f"{prefix}.softmax", "softmax", (masked,), probs, scores_n, saved=(probs.name,), kind=OpKind.SOFTMAX
         )
-        probs = self.dropout(f"{prefix}.dropout", probs)
+        probs = self.dropout(f"{prefix}.probs_dropout", probs)  # apart from the sublayer's {prefix}.dropout
         context = g.act(f"{prefix}.context.out", tokens * heads * d)
         g.matmul(f"{prefix}.context", Gemm(b * kv, group * self.q, d, c), (probs, v), context)
-        return self.linear(f"{prefix}.o_proj", context, tokens, cfg.hidden, heads * d)
+        g.core.update(range(core, len(g.ops)))
+        return self.local(self.linear(f"{prefix}.o_proj", context, tokens, cfg.hidden, heads * d))
 
     def ffn(self, prefix: str, x: TensorAccess, rows: int, experts: int = 1) -> TensorAccess:
         """A feed-forward network (``experts`` of them as batched products over ``rows`` tokens each)."""
-        g, cfg, h, f = self.g, self.cfg, self.cfg.hidden, self.cfg.ffn
+        g, cfg, h, f = self.g, self.cfg, self.cfg.hidden, self.ffn_size
         swiglu = cfg.activation is Activation.SWIGLU
         up_n = 2 * f if swiglu else f
         name = f"{prefix}.up" if not swiglu else f"{prefix}.gate_up"
@@ -241,7 +302,9 @@ class _Decoder:
         y = self.dropout(f"{prefix}.attn.dropout", self.attention(f"{prefix}.attn", self.norm(f"{prefix}.norm1", x)))
         a = self.g.residual(f"{prefix}.attn.add", y, x)
         normed = self.norm(f"{prefix}.norm2", a)
+        normed = self.gathered(normed)
         y = self.moe(f"{prefix}.moe", normed) if self.cfg.moe else self.ffn(f"{prefix}.mlp", normed, self.tokens)
+        y = self.local(y)
         return self.g.residual(f"{prefix}.mlp.add", self.dropout(f"{prefix}.mlp.dropout", y), a)
 
     def build(self, kv_cache_bytes: int) -> ForwardGraph:
@@ -249,39 +312,60 @@ class _Decoder:
         g, cfg = self.g, self.cfg
         x = self.embeddings()
         for i in range(cfg.layers):
+            g.block = i + 1  # full recomputation keeps each layer's input only
             x = self.layer(f"layers.{i}", x)
-        x = self.norm("norm", x)
+        g.block = cfg.layers + 1
+        x = self.gathered(self.norm("norm", x))
         rows = self.tokens
         if self.mode.is_generation:  # only the last token's logits choose the next token
             rows = self.b
             x = TensorAccess(x.name, rows * cfg.hidden * g.elem)
-        logits = g.act("lm_head.out", rows * cfg.vocab)
+        vocab = self.vocab
+        logits = g.act("lm_head.out", rows * vocab)
         head = EMBEDDING if cfg.tied_embeddings else "lm_head.weight"
-        g.matmul("lm_head", Gemm(1, rows, cfg.vocab, cfg.hidden), (x, g.weight(head, cfg.vocab * cfg.hidden)), logits)
+        g.matmul("lm_head", Gemm(1, rows, vocab, cfg.hidden), (x, g.weight(head, vocab * cfg.hidden)), logits)
         if not self.train:
             return g.graph(kv_cache_bytes=kv_cache_bytes)
         labels = TensorAccess("labels", rows * INT_BYTES)
-        loss, rule = g.loss_op("loss", (logits, labels), rows * cfg.vocab, (logits.name, labels.name))
+        loss, rule = g.loss_op("loss", (logits, labels), rows * vocab, (logits.name, labels.name))
         return g.graph(loss, rule)
 
 
 def decoder_graph(
-    spec: ModelSpec, mode: Mode, batch: int, seq_len: int, precision: Precision, gen_len: int = 0
+    spec: ModelSpec,
+    mode: Mode,
+    batch: int,
+    seq_len: int,
+    precision: Precision,
+    gen_len: int = 0,
+    tensor_parallel: int = 1,
+    sequence_parallel: bool = False,
 ) -> ForwardGraph:
     """The forward graph of the decoder ``spec``: ``batch`` sequences of ``seq_len`` tokens.
 
     In ``prefill`` and ``decode`` modes ``seq_len`` is the prompt length; ``decode`` is one step of a
-    generation of ``gen_len`` tokens at its mean context (see the module docstring).
+    generation of ``gen_len`` tokens at its mean context (see the module docstring). With
+    ``tensor_parallel`` above 1, one chip's shard (ValueError when the model does not split so, or
+    when sequence parallelism's tokens do not).
     """
     cfg = spec.decoder
     if cfg is None:
         raise ValueError(f"model {spec.name} is not a decoder")
     if not 0 < seq_len + gen_len <= cfg.max_position:
         raise ValueError(f"seq_len + gen_len must be in 1..{cfg.max_position}, got {seq_len + gen_len}")
-    per_token = kv_bytes_per_token(cfg, precision)
+    problem = tensor_parallel_problem(cfg, tensor_parallel)
+    if problem is not None:
+        fits = [t for t in range(1, cfg.heads + 1) if tensor_parallel_problem(cfg, t) is None]
+        raise ValueError(f"{problem}; {', '.join(map(str, fits))} would")
+    shape = step_shape(mode, seq_len, gen_len)
+    tokens = batch * shape[0]
+    if sequence_parallel and tokens % tensor_parallel:
+        raise ValueError(f"sequence parallelism needs the {tokens} tokens of a step to split over {tensor_parallel}")
+    # the cache holds this chip's key/value heads
+    per_token = kv_bytes_per_token(cfg, precision) // cfg.kv_heads * kv_heads_per_chip(cfg, tensor_parallel)
     if mode is Mode.DECODE:
-        queries, context, cache = 1, seq_len + (gen_len + 1) // 2, batch * (seq_len + gen_len) * per_token
+        cache = batch * (seq_len + gen_len) * per_token
     else:
-        queries, context = seq_len, seq_len
         cache = batch * seq_len * per_token if mode is Mode.PREFILL else 0
-    return _Decoder(spec, cfg, mode, batch, queries, context, precision).build(cache)
+    decoder = _Decoder(spec, cfg, mode, batch, shape, precision, tensor_parallel, sequence_parallel)
+    return decoder.build(cache)

@@ -74,7 +74,10 @@ def regroup(graph: ForwardGraph, found: list[list[int]], merge: Merge | None = N
     loss = graph.loss
     if loss is not None:
         loss = replace(loss, deps=tuple(sorted({new_index[d] for d in loss.deps})))
-    return replace(graph, ops=tuple(ops), rules=rules, loss=loss)
+    # a fused op belongs to its last member's block, and to the recomputable core if all its members do
+    blocks = tuple(graph.blocks[members[-1]] for members in groups) if graph.blocks else ()
+    core = frozenset(p for p, members in enumerate(groups) if all(i in graph.core for i in members))
+    return replace(graph, ops=tuple(ops), rules=rules, loss=loss, blocks=blocks, core=core)
 
 
 def _groups(graph: ForwardGraph, heads: frozenset[OpKind] | None) -> list[list[int]]:

@@ -99,6 +99,13 @@ class ForwardGraph:
     meta: Mapping[str, str] = field(default_factory=dict)
     kv_cache_bytes: int = 0
     """Bytes of a generation's KV cache at its longest, held beside the weights (prefill, decode)."""
+    blocks: tuple[int, ...] = ()
+    """Per forward op, the repeated block it belongs to, non-decreasing (a decoder: 0 the embeddings,
+    ``i + 1`` layer ``i``, then the head); full recomputation keeps each block's input only, and the
+    whole of the first (0) and last blocks, which are no repeated blocks. Empty: no blocks marked
+    (full recomputation cuts ``sqrt(n)`` segments)."""
+    core: frozenset[int] = frozenset()
+    """Forward ops selective recomputation runs again (a decoder's attention core); empty: none."""
 
     def rule(self, index: int) -> BackwardRule:
         """The backward rule of forward op ``index`` (the loss is index ``len(ops)``)."""
@@ -120,6 +127,11 @@ class GraphBuilder:
         self.rules: dict[int, BackwardRule] = {}
         self.producer: dict[str, int] = {}
         self.params: dict[str, int] = {}
+        self.block = 0
+        """The block (:attr:`ForwardGraph.blocks`) the next ops belong to; a builder sets it."""
+        self.blocks: list[int] = []
+        self.core: set[int] = set()
+        """Ops selective recomputation runs again (:attr:`ForwardGraph.core`); a builder adds them."""
 
     def act(self, name: str, elements: int) -> TensorAccess:
         """An activation of ``elements`` elements in the run's precision."""
@@ -148,6 +160,7 @@ class GraphBuilder:
         op = Op(name, kind, Phase.FORWARD, flops, tuple(reads), tuple(writes), tuple(deps), gemm, conv)
         index = len(self.ops)
         self.ops.append(op)
+        self.blocks.append(self.block)
         if rule is not None:
             self.rules[index] = rule
         for t in writes:
@@ -222,6 +235,8 @@ class GraphBuilder:
             grad_outputs=grad_outputs,
             meta=dict(meta or {}),
             kv_cache_bytes=kv_cache_bytes,
+            blocks=tuple(self.blocks) if any(self.blocks) else (),
+            core=frozenset(self.core),
         )
 
     def loss_op(

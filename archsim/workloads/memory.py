@@ -24,15 +24,109 @@ slower memory and stream in for the update (the IPU's optimizer-state offloading
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
+from archsim.errors import UsageError
 from archsim.spec.common import Fusion
 from archsim.spec.model import Optimizer
 from archsim.spec.software import Rewrite
 from archsim.workloads.graph import ForwardGraph
-from archsim.workloads.options import TraceOptions
+from archsim.workloads.options import Recompute, TraceOptions
 from archsim.workloads.rewrites import apply_rewrites
 from archsim.workloads.trace import Mode, Op, Phase, Role, Trace
 from archsim.workloads.training import MASTER_BYTES, OPTIMIZER_COST, TrainingStep, training_ops
+
+RECOMPUTE_META = {Recompute.FULL: "true", Recompute.SELECTIVE: "selective"}
+"""A training trace's ``meta["recompute"]`` for what it recomputes (absent: nothing)."""
+
+
+def trace_recompute(trace: Trace) -> Recompute:
+    """What a trace recomputes, from its ``meta`` (:data:`RECOMPUTE_META`)."""
+    found = trace.meta.get("recompute")
+    return next((level for level, text in RECOMPUTE_META.items() if text == found), Recompute.NONE)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPerChip:
+    """A chip's memory for one step, by what it holds (bytes); ``total`` is the figure memory fit checks.
+
+    ``weights``: the parameters in the run precision plus buffers (batchnorm statistics);
+    ``gradients``: the parameter gradients in the run precision (training); ``optimizer_state``: what
+    only the update touches -- the fp32 master weights when the run is narrower than fp32, and the
+    optimizer's fp32 state (Adam: 8 bytes per parameter, the two moments); ``activations``: the rest of
+    the step (saved, rebuilt and transient activations, or the peak of live ones in inference);
+    ``kv_cache``: a generation's keys and values. Mixed-precision Adam is therefore 2 + 2 + 12 bytes
+    per parameter before activations, as Rajbhandari et al. (2020, arXiv 1910.02054, Sec. 3.1) count.
+    """
+
+    weights: int
+    gradients: int
+    optimizer_state: int
+    activations: int
+    kv_cache: int
+    total: int
+
+    @classmethod
+    def of(cls, weights: int, gradients: int, optimizer_state: int, activations: int, kv_cache: int) -> MemoryPerChip:
+        """The split with its ``total``, the sum of the parts."""
+        total = weights + gradients + optimizer_state + activations + kv_cache
+        return cls(weights, gradients, optimizer_state, activations, kv_cache, total)
+
+    def scaled(self, fraction: float, total: int) -> MemoryPerChip:
+        """A pipeline stage's chip: ``fraction`` of each part, activations the rest of ``total``.
+
+        The parts are cut (cache, optimizer state, gradients, weights) where rounding would put them
+        above ``total``, so that the split always sums to it.
+        """
+        parts = [round(part * fraction) for part in (self.weights, self.gradients, self.optimizer_state, self.kv_cache)]
+        over = sum(parts) - total
+        for index in (3, 2, 1, 0):
+            cut = min(max(0, over), parts[index])
+            parts[index] -= cut
+            over -= cut
+        weights, gradients, optimizer, cache = parts
+        return MemoryPerChip.of(weights, gradients, optimizer, total - sum(parts), cache)
+
+
+def memory_per_chip(trace: Trace) -> MemoryPerChip:
+    """The split of ``trace.memory_bytes`` (its ``total``) by what the step holds.
+
+    Weights are ``parameters`` in the run precision plus the state buffers forward ops read; gradients
+    as many bytes again in training; the optimizer state is :func:`update_only_bytes`; the KV cache is
+    the trace's ``kv_cache_bytes``; activations are what remains. A trace file whose parts exceed its
+    ``memory_bytes`` has them cut, in that order, so that the parts always sum to it.
+    """
+    buffers: dict[str, int] = {}  # state forward ops read
+    touched: set[str] = set()  # state any op but the update touches
+    updated: dict[str, int] = {}  # state the update touches
+    for op in trace.ops:
+        update = op.phase is Phase.UPDATE
+        for t in op.reads:
+            if t.role is Role.STATE:
+                if update:
+                    updated[t.name] = max(updated.get(t.name, 0), t.bytes)
+                else:
+                    touched.add(t.name)
+                    buffers[t.name] = t.bytes
+        for t in op.writes:
+            if t.role is Role.STATE:
+                if update:
+                    updated[t.name] = max(updated.get(t.name, 0), t.bytes)
+                else:
+                    touched.add(t.name)
+    left = trace.memory_bytes
+    parts: list[int] = []
+    train = trace.mode is Mode.TRAIN
+    for wanted in (
+        trace.parameters * trace.precision.bytes + sum(buffers.values()),
+        trace.parameters * trace.precision.bytes if train else 0,
+        sum(size for name, size in updated.items() if name not in touched) if train else 0,  # update_only_bytes
+        int(trace.meta.get("kv_cache_bytes", "0")),
+    ):
+        parts.append(min(wanted, left))
+        left -= parts[-1]
+    weights, gradients, optimizer, cache = parts
+    return MemoryPerChip.of(weights, gradients, optimizer, left, cache)
 
 
 def update_only_bytes(ops: Sequence[Op]) -> int:
@@ -152,14 +246,21 @@ def finish_trace(
     others = sorted(r.value for r in rewrites - {Rewrite.NORM_ACT, Rewrite.RECOMPUTE})
     if others:
         meta["rewrites"] = ",".join(others)
-    recompute = mode is Mode.TRAIN and Rewrite.RECOMPUTE in rewrites
+    recompute = Recompute.NONE
+    if mode is Mode.TRAIN and Rewrite.RECOMPUTE in rewrites:
+        recompute = Recompute.FULL
+    elif mode is Mode.TRAIN and options.recomputation is Recompute.SELECTIVE:
+        if not graph.core:
+            problem = "selective recomputation reruns a decoder's attention core: this workload has none"
+            raise UsageError(graph.name, "--recompute", problem)
+        recompute = Recompute.SELECTIVE
     if mode is Mode.TRAIN:
         step = training_ops(graph, optimizer, recompute)
         ops, memory = step.ops, training_memory(graph, step, optimizer)
         if optimizer is not None:
             meta["optimizer"] = optimizer.value
-        if recompute:
-            meta["recompute"] = "true"
+        if recompute is not Recompute.NONE:
+            meta["recompute"] = RECOMPUTE_META[recompute]
     else:
         ops, memory = graph.ops, inference_memory(graph)
     return Trace(graph.name, mode, batch, graph.precision, ops, graph.parameters, memory, seq_len, meta)

@@ -91,12 +91,15 @@ class CommGroup(enum.StrEnum):
     """Which chips take part in a communication op.
 
     ``data-parallel``: the chips that hold replicas of the same stage (all of them without pipelining);
-    ``all``: every chip of the system; ``peer``: one neighbour over the innermost tier (send, receive).
+    ``all``: every chip of the system; ``peer``: one neighbour over the innermost tier (send, receive);
+    ``tensor-parallel``: the ``T`` consecutive chips of the innermost tier that split each layer of a
+    decoder model between them (:mod:`archsim.workloads.tensor_parallel`).
     """
 
     DATA_PARALLEL = "data-parallel"
     ALL = "all"
     PEER = "peer"
+    TENSOR_PARALLEL = "tensor-parallel"
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +113,16 @@ class CommOp:
     kind: CommKind
     bytes: int
     group: CommGroup = CommGroup.DATA_PARALLEL
+
+    @property
+    def in_stream(self) -> bool:
+        """True for a collective that runs in order with the chip's compute, blocking it (tensor parallel).
+
+        Megatron-LM does not overlap its tensor-parallel collectives with compute: each is priced as
+        an op of the chip's stream (:mod:`archsim.run.tensor_parallel`); the others run on the
+        system's communication stream, beside the compute (:mod:`archsim.engine.parallel`).
+        """
+        return self.group is CommGroup.TENSOR_PARALLEL
 
 
 class Phase(enum.StrEnum):
@@ -290,3 +303,8 @@ class Trace:
     def has_comm(self) -> bool:
         """True when some op communicates between chips (the trace needs a system to run on)."""
         return any(op.kind.is_comm for op in self.ops)
+
+    @property
+    def has_link_comm(self) -> bool:
+        """True when some communication op runs off the compute stream (all but tensor-parallel ones)."""
+        return any(op.comm is not None and not op.comm.in_stream for op in self.ops)

@@ -27,7 +27,8 @@ imported graph works as well as a built-in one):
    writer adds one FLOP per element, a matrix op accumulates in its epilogue. Matrix backward ops
    have ``flops = 2 * gemm.macs`` exactly: bias gradients (column sums of dC) are epilogue work too,
    as the bias add is in the forward.
-3. With ``recompute`` (activation checkpointing, Chen et al. 2016, arXiv 1604.06174), the forward ops
+3. With ``full`` recomputation of a graph without marked blocks (activation checkpointing, Chen et
+   al. 2016, arXiv 1604.06174), the forward ops
    are cut into ``ceil(sqrt(n))`` contiguous segments of about equal op count. Only the checkpoints
    are kept from the forward pass: tensors a later segment (or the loss) reads, network inputs,
    everything the last segment saves (its backward runs first, while it is still live) and the side
@@ -36,6 +37,16 @@ imported graph works as well as a built-in one):
    needs one, the forward ops that lead to them from the checkpoints (phase ``recompute``, named
    ``NAME.recompute``, each writing only its main output); the backward ops then depend on those
    copies. The rebuilt tensors of one segment are live only during that segment's backward.
+
+   A graph that marks its blocks (:attr:`~archsim.workloads.graph.ForwardGraph.blocks`: a decoder's
+   layers) is cut at them instead, as Megatron-LM's full recomputation does (Korthikanti et al. 2022,
+   arXiv 2205.05198, Sec. 5): each block's input is kept, and each block runs again whole, every
+   output included -- a dropout mask is drawn again from the saved random state, a norm's statistics
+   recomputed -- so a layer keeps ``2 s b h`` bytes (its fp16/bf16 input); the ops before the first
+   block and in the last (a decoder's embeddings and head) keep what they save. ``selective``
+   recomputation cuts at the graph's :attr:`~archsim.workloads.graph.ForwardGraph.core` ops (a
+   decoder's attention core, scores to context) and reruns only those, the same way; everything
+   else is kept.
 4. One ``optimizer`` op (phase ``update``) over all parameters, depending on every op that writes a
    parameter gradient. Per parameter it reads the gradient (run precision), the fp32 master weight
    (the weight itself when the run is fp32) and the optimizer state, and writes the master weight,
@@ -51,11 +62,12 @@ ops whose saved outputs it reads.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from archsim.spec.model import Optimizer
 from archsim.workloads.graph import ForwardGraph
+from archsim.workloads.options import Recompute
 from archsim.workloads.trace import Gemm, Op, OpKind, Phase, Role, TensorAccess
 
 MASTER_BYTES = 4
@@ -90,11 +102,26 @@ class TrainingStep:
 class _Segments:
     """Which forward tensors a recomputing step keeps, and which ops rebuild the others."""
 
-    def __init__(self, fwd: list[Op], count: int, producer: Mapping[str, int], saved: Iterable[str]) -> None:
+    def __init__(
+        self,
+        fwd: list[Op],
+        count: int,
+        producer: Mapping[str, int],
+        saved: Iterable[str],
+        blocks: Sequence[int] = (),
+        recomputable: frozenset[int] | None = None,
+    ) -> None:
+        """Segments of the ``count`` forward ops: ``blocks`` (one per op, non-decreasing) or ``sqrt(n)`` of them.
+
+        With ``blocks``, only the segments in ``recomputable`` (None: all) rebuild anything, and a
+        rebuilt segment runs whole, every output included (see the module docstring).
+        """
         n = count  # the forward ops proper; the loss (index ``count``, if any) is never recomputed
         parts = math.isqrt(n - 1) + 1 if n > 1 else 1
-        self.segment = [k * parts // n for k in range(n)]
-        last = parts - 1
+        self.whole = bool(blocks)
+        """True when a rebuilt segment runs whole and rebuilds side outputs too (marked blocks)."""
+        self.segment = list(blocks) if blocks else [k * parts // n for k in range(n)]
+        last = max(self.segment, default=0)
         crossing = {
             t.name
             for index, op in enumerate(fwd)
@@ -110,16 +137,24 @@ class _Segments:
         }
         for name in saved:
             index = producer.get(name)
-            if index is None or index >= n or name in crossing or self.segment[index] == last or main[index] != name:
+            if index is None or index >= n or name in crossing or self.segment[index] == last:
+                continue
+            if (recomputable is not None and self.segment[index] not in recomputable) or (
+                not self.whole and main[index] != name
+            ):
                 continue
             self.rebuilt.setdefault(self.segment[index], set()).add(name)
         self.fwd = fwd
         self.producer = producer
+        self.crossing = crossing
+        """Tensors a later segment reads: checkpoints, never rebuilt."""
         self.kept_output = {index for index, name in main.items() if name in crossing}
         """Forward ops whose main output is a checkpoint, in memory when the segment is rebuilt."""
 
     def ops_of(self, segment: int) -> list[int]:
         """Forward ops of ``segment`` needed to rebuild its tensors from the checkpoints, in trace order."""
+        if self.whole:
+            return [index for index, s in enumerate(self.segment) if s == segment]
         wanted = {self.producer[name] for name in self.rebuilt[segment]}
         needed: set[int] = set()
         while wanted:
@@ -190,8 +225,13 @@ class _Backward:
             if after >= 0:
                 deps.add(after)
             self.recomputed[index] = len(self.ops)
-            # it rebuilds its main output; side outputs (statistics, masks) and running statistics are kept
-            writes = tuple(t for t in op.writes if t.role is Role.ACTIVATION)[:1]
+            # it rebuilds its main output; side outputs (statistics, masks) and running statistics are
+            # kept, unless the segment runs whole (marked blocks)
+            writes = tuple(t for t in op.writes if t.role is Role.ACTIVATION)
+            writes = writes if self.segments.whole else writes[:1]
+            # an op run again whose output is a checkpoint (kept) writes a copy no op reads
+            crossing = self.segments.crossing
+            writes = tuple(replace(t, name=t.name + RECOMPUTE) if t.name in crossing else t for t in writes)
             self.ops.append(
                 replace(op, name=op.name + RECOMPUTE, phase=Phase.RECOMPUTE, writes=writes, deps=tuple(sorted(deps)))
             )
@@ -330,16 +370,43 @@ class _Backward:
         )
 
 
-def training_ops(graph: ForwardGraph, optimizer: Optimizer | None, recompute: bool = False) -> TrainingStep:
+def recompute_segments(graph: ForwardGraph, recompute: Recompute) -> tuple[list[int], frozenset[int] | None]:
+    """Per forward op its segment, and the segments that rebuild (None: all), for ``recompute``.
+
+    ``full``: the graph's blocks but 0 (empty when it marks none: :class:`_Segments` cuts ``sqrt(n)``);
+    ``selective``: a new segment wherever an op enters or leaves the core, the core's segments rebuilding.
+    """
+    if recompute is Recompute.FULL:  # block 0 (before the first block: the embeddings) is kept
+        return list(graph.blocks), frozenset(graph.blocks) - {0} if graph.blocks else None
+    segment: list[int] = []
+    for index in range(len(graph.ops)):
+        inside = index in graph.core
+        if index and inside != (index - 1 in graph.core):
+            segment.append(segment[-1] + 1)
+        else:
+            segment.append(segment[-1] if segment else 0)
+    return segment, frozenset(segment[i] for i in graph.core)
+
+
+def training_ops(
+    graph: ForwardGraph, optimizer: Optimizer | None, recompute: Recompute | bool = Recompute.NONE
+) -> TrainingStep:
     """Forward, loss, backward and (when ``optimizer`` is given) update ops of one training step.
 
-    ``recompute`` keeps only checkpoints from the forward pass and runs forward ops again for the
-    backward pass (see the module docstring).
+    ``recompute`` (True: ``full``) keeps only checkpoints from the forward pass and runs forward ops
+    again for the backward pass (see the module docstring). ``selective`` needs the graph to mark a
+    core (``ValueError`` otherwise).
     """
+    level = Recompute.of(recompute)
+    if level is Recompute.SELECTIVE and not graph.core:
+        raise ValueError(f"{graph.name} marks no attention core for selective recomputation")
     derivation = _Backward(graph)
     derivation.run()
-    if recompute and graph.ops:
-        segments = _Segments(derivation.fwd, len(graph.ops), derivation.producer, derivation.saved)
+    if level is not Recompute.NONE and graph.ops:
+        blocks, recomputable = recompute_segments(graph, level)
+        segments = _Segments(
+            derivation.fwd, len(graph.ops), derivation.producer, derivation.saved, blocks, recomputable
+        )
         derivation = _Backward(graph, segments)
         derivation.run()
     if optimizer is not None:

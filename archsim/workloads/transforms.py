@@ -110,18 +110,19 @@ def with_gradient_all_reduces(trace: Trace, bucket_bytes: int = DEFAULT_BUCKET_B
 
 
 def compute_only(trace: Trace) -> Trace:
-    """``trace`` without its communication ops (the same object when it has none).
+    """``trace`` without its off-stream communication ops (the same object when it has none).
 
     A compute op that waited for a communication op waits for that op's compute dependencies instead
-    (through any chain of communication ops).
+    (through any chain of communication ops). In-stream ones (tensor parallel) stay: the chip runs
+    them in order with its compute (:attr:`~archsim.workloads.trace.CommOp.in_stream`).
     """
-    if not trace.has_comm:
+    if not trace.has_link_comm:
         return trace
     reach: list[tuple[int, ...]] = []  # per op: the positions, among compute ops, it stands for
     ops: list[Op] = []
     for op in trace.ops:
         deps = tuple(sorted({p for d in op.deps for p in reach[d]}))
-        if op.kind.is_comm:
+        if op.comm is not None and not op.comm.in_stream:
             reach.append(deps)
             continue
         reach.append((len(ops),))

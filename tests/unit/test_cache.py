@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -212,3 +213,54 @@ def test_a_plug_in_family_s_chip_is_not_recorded(cache: Path, tmp_path: Path) ->
     stored = list((cache / "specs").glob("*.pickle"))
     assert len(stored) == before + 1  # the chip of a built-in family only
     assert cache_module.load_spec(tmp_path / "plugin.yaml", "chip") is None
+
+
+def _distribution(folder: Path, name: str, entry_points: str) -> None:
+    """What installing a package with these entry points leaves in ``folder`` (a dist-info folder)."""
+    info = folder / f"{name}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(entry_points)
+
+
+def test_entry_points_are_scanned_again_only_when_a_distribution_comes_or_goes(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.metadata
+
+    from archsim.spec import registry
+
+    site = tmp_path / "site"
+    points = "[archsim.cost_models]\nsoftmax = toy_models:slow\n[console_scripts]\ntoy = x:y\n"
+    _distribution(site, "toy_models", points)
+    _settle(site)
+    monkeypatch.setattr(sys, "path", [str(site)])  # the one folder of installed distributions
+    scans: list[int] = []
+    scan = importlib.metadata.entry_points
+
+    def counted() -> Any:
+        scans.append(1)
+        return scan()
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", counted)
+
+    def found() -> list[tuple[str, str, str]]:
+        registry.installed_entry_points.cache_clear()  # a new process
+        return [(p.group, p.name, p.value) for p in registry.installed_entry_points()]
+
+    try:
+        assert found() == [("archsim.cost_models", "softmax", "toy_models:slow")]  # archsim's groups only
+        assert found() == [("archsim.cost_models", "softmax", "toy_models:slow")] and len(scans) == 1
+        _distribution(site, "toy_families", "[archsim.families]\ntoy = toy_families\n")  # installed since
+        assert ("archsim.families", "toy", "toy_families") in found() and len(scans) == 2
+        found()
+        assert len(scans) == 3  # the folder changed moments ago: not recorded yet (SETTLE_NS)
+        _settle(site)
+        found()
+        assert found() == [
+            ("archsim.cost_models", "softmax", "toy_models:slow"),
+            ("archsim.families", "toy", "toy_families"),
+        ]
+        assert len(scans) == 4
+    finally:
+        registry.installed_entry_points.cache_clear()

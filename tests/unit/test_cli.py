@@ -184,6 +184,42 @@ def test_run_loads_only_what_it_uses(tmp_path: Path) -> None:
     assert not {"yaml", "archsim.commands.listing", "archsim.commands.sweep"} & warm
 
 
+MULTI_CHIP = {
+    "simpy",
+    "archsim.engine.parallel",
+    "archsim.engine.collectives",
+    "archsim.engine.network",
+    "archsim.run.system",
+    "archsim.models.interconnect",
+    "archsim.models.placement",
+    "archsim.spec.system",
+}
+"""What only a multi-chip system's run needs: SimPy, the collective engine, the fabric and its description."""
+
+OTHER_FAMILIES = {
+    "archsim.models.ipu",
+    "archsim.models.cube",
+    "archsim.models.systolic",
+    "archsim.models.systolic_layer",
+    "archsim.models.dataflow",
+}
+"""The built-in families a V100 (a tensor-core chip) does not use, imported when every family is listed,
+and the systolic array model, which ``archsim run`` imports for SCALE-Sim files only."""
+
+
+def test_a_one_chip_run_loads_neither_simpy_nor_the_multi_chip_engine(tmp_path: Path) -> None:
+    run = "from archsim.cli import main\nmain(['run', 'v100', 'resnet50'])"
+    cold = _modules_after(run, tmp_path)
+    warm = _modules_after(run, tmp_path)
+    for loaded in (cold, warm):
+        assert not MULTI_CHIP & loaded
+    # the cold run validates the chip file, which names every family; the warm one reads it from the cache
+    assert not OTHER_FAMILIES & warm
+    assert "archsim.models.tensorcore" in warm
+    system = _modules_after("from archsim.cli import main\nmain(['run', 'dgx1', 'resnet50'])", tmp_path)
+    assert system >= MULTI_CHIP  # what the check looks for is loaded where it is used
+
+
 def test_help_lists_every_subcommand_as_the_full_parser_does(capsys: pytest.CaptureFixture[str]) -> None:
     from archsim.cli import COMMANDS, build_parser
 

@@ -39,7 +39,9 @@ def test_prefill_reports_time_to_first_token(library: Library) -> None:
 def test_samples_per_second_elsewhere(library: Library) -> None:
     result = simulate("a100-80gb", "gpt2", mode="infer", batch=2, seq_len=128, library=library)
     assert result.throughput_unit == "sequences/s"
-    assert result.tokens_per_s is None and result.ttft_s is None and result.tpot_s is None
+    # a decoder's infer and train runs count their tokens too (issue 22): the step's tokens over its time
+    assert result.tokens_per_s == pytest.approx(2 * 128 / result.step_time_s)
+    assert result.ttft_s is None and result.tpot_s is None
     assert result.kv_cache_bytes == 0
 
 

@@ -38,7 +38,7 @@ def library() -> Library:
         ({"mode": "decode", "seq_len": 64}, "--seq-len: prefill and decode take the prompt's length: use --prompt-len"),
         ({"prompt_len": 64}, "--prompt-len: is for --mode prefill and decode; other modes take --seq-len"),
         ({"gen_len": 0}, "--gen-len: must be a positive integer, got 0"),
-        ({"recompute": "yes"}, "--recompute: must be true or false, got 'yes'"),
+        ({"recompute": "yes"}, "--recompute: must be one of none, selective, full, true or false, got 'yes'"),
         ({"fusion": "all"}, "--fusion: 'all' is not one of none, norm-act"),
         ({"streaming_memory": "some"}, "--streaming-memory: 'some' is not one of none, optimizer-state, all"),
         ({"nodes": 0}, "--nodes: must be a positive integer, got 0"),

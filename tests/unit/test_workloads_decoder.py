@@ -29,6 +29,7 @@ PUBLISHED_PARAMETERS = {
     "llama3-8b": 8.03e9,  # huggingface.co/meta-llama/Meta-Llama-3-8B (8.03B params)
     "llama3-70b": 70.6e9,  # huggingface.co/meta-llama/Meta-Llama-3-70B (70.6B params)
     "llama3-405b": 406e9,  # huggingface.co/meta-llama/Llama-3.1-405B (406B params)
+    "megatron-gpt-22b": 22e9,  # Korthikanti et al. 2022, arXiv 2205.05198, Table 3 (22B)
     "mixtral-8x7b": 46.7e9,  # Jiang et al. 2024, arXiv 2401.04088, Sec. 2 (47B; 46.7B in mistral.ai's release)
 }
 

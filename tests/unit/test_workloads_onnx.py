@@ -20,7 +20,7 @@ from archsim.spec.common import Precision  # noqa: E402
 from archsim.spec.library import Library  # noqa: E402
 from archsim.workloads import build_trace  # noqa: E402
 from archsim.workloads.onnx_import import import_onnx  # noqa: E402
-from archsim.workloads.trace import Mode, OpKind, Trace  # noqa: E402
+from archsim.workloads.trace import Gemm, Mode, OpKind, Trace  # noqa: E402
 from tests.onnx_models import bert_base_model, resnet50_model, save  # noqa: E402
 
 
@@ -225,3 +225,59 @@ def test_constant_folding_never_builds_a_large_tensor(tmp_path: Path) -> None:
         tracemalloc.stop()
     assert [op.kind for op in trace.ops] == [OpKind.ELEMENTWISE]
     assert peak < 16 * 2**20
+
+
+@pytest.mark.parametrize("form", ["node", "reciprocal", "div"])
+def test_rms_norm_is_one_layernorm_op(tmp_path: Path, form: str) -> None:
+    """An RMSNormalization node, or the chain an RMSNorm exports as, is one norm op: 4 FLOPs per element."""
+    gain = numpy_helper.from_array(np.linspace(0.5, 1.5, 16, dtype=np.float32), "gain")
+    scalars = [
+        numpy_helper.from_array(np.array(v, dtype=np.float32), n) for n, v in [("two", 2), ("eps", 1e-6), ("one", 1)]
+    ]
+    axes = numpy_helper.from_array(np.array([-1], dtype=np.int64), "axes")
+    if form == "node":
+        nodes = [helper.make_node("RMSNormalization", ["x", "gain"], ["y"], axis=-1)]
+    else:
+        inverse = (
+            helper.make_node("Reciprocal", ["root"], ["inv"])
+            if form == "reciprocal"
+            else helper.make_node("Div", ["one", "root"], ["inv"])
+        )
+        nodes = [
+            helper.make_node("Pow", ["x", "two"], ["sq"]),
+            helper.make_node("ReduceMean", ["sq", "axes"], ["ms"], keepdims=1),
+            helper.make_node("Add", ["ms", "eps"], ["var"]),
+            helper.make_node("Sqrt", ["var"], ["root"]),
+            inverse,
+            helper.make_node("Mul", ["x", "inv"], ["scaled"]),
+            helper.make_node("Mul", ["scaled", "gain"], ["y"]),
+        ]
+    model = _tiny(nodes, [gain, *scalars, axes], batch="n")
+    model.opset_import[0].version = 23
+    path = save(model, tmp_path / "rms.onnx")
+    (op,) = import_onnx(path, batch=4).ops
+    assert (op.kind, op.flops) == (OpKind.LAYERNORM, 4 * 4 * 16)
+    assert [t.name for t in op.reads] == ["x", "gain"]
+    trained = import_onnx(path, Mode.TRAIN, batch=4)
+    norm = next(op for op in trained.ops if op.kind is OpKind.LAYERNORM)
+    assert [t.bytes for t in norm.writes if t.name.endswith("saved_stats")] == [4 * 4]  # one fp32 statistic per row
+
+
+@pytest.mark.parametrize("causal", [1, 0])
+def test_attention_node_is_the_decoders_attention(tmp_path: Path, causal: int) -> None:
+    """An opset-23 Attention node with grouped K/V heads: scores, scale (and mask), softmax, context."""
+    b, heads, kv_heads, s, d = 2, 8, 2, 16, 32
+    inputs = [
+        helper.make_tensor_value_info("q", TensorProto.FLOAT, [b, heads, s, d]),
+        *(helper.make_tensor_value_info(n, TensorProto.FLOAT, [b, kv_heads, s, d]) for n in ("k", "v")),
+    ]
+    node = helper.make_node("Attention", ["q", "k", "v"], ["y"], is_causal=causal)
+    graph = helper.make_graph([node], "attn", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    path = save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)]), tmp_path / "attn.onnx")
+    trace = import_onnx(path)
+    group, scores = heads // kv_heads, b * heads * s * s
+    assert [op.gemm for op in trace.ops if op.gemm] == [
+        Gemm(b * kv_heads, group * s, s, d),
+        Gemm(b * kv_heads, group * s, d, s),
+    ]
+    assert [op.flops for op in trace.ops if not op.gemm] == [(2 if causal else 1) * scores, 5 * scores]

@@ -46,3 +46,11 @@ def test_training_trace_has_backward_and_update() -> None:
     assert trace.ops[-1].kind is OpKind.OPTIMIZER
     assert any(op.name.endswith(".bwd_weight") for op in trace.ops)
     trace.check()
+
+
+def test_training_dropout_writes_a_mask_and_inference_drops_it() -> None:
+    module = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.1))
+    trained = from_torch(module, (torch.zeros(2, 8),), mode=Mode.TRAIN)
+    (dropout,) = [op for op in trained.ops if op.name == "native_dropout"]
+    assert (dropout.flops, [t.bytes for t in dropout.writes]) == (2 * 16, [16 * 2, 16])  # fp16 out, 1-byte mask
+    assert [op.kind for op in from_torch(module, (torch.zeros(2, 8),)).ops] == [OpKind.MATMUL]

@@ -26,10 +26,17 @@ Ops, with their FLOPs (a MAC is 2; per-element counts are modelling assumptions,
   operand's leading dimensions into ``m`` (a linear layer); otherwise the broadcast batch dimensions
   are the Gemm ``batch`` (attention's ``Q @ K^T`` and ``probs @ V``). A ``MatMul`` whose only consumer
   is an ``Add`` of a 1-D weight is one op with the bias as its third read, as the built-in linear layers.
+* ``Attention`` (opset 23) -> scores ``Q K^T``, scale and mask, softmax and context ``P V`` as the
+  built-in decoder builds attention (grouped K/V heads kept; a ``past_key``/``past_value`` cache is
+  copied into ``present`` and read whole; :mod:`~archsim.workloads.onnx_import.attention`).
 * ``BatchNormalization`` -> ``batchnorm`` (5 FLOPs per element in training, with batch statistics
   written for backward; 2 in inference); the running mean and variance are one fp32 state tensor.
-  ``LayerNormalization``, ``InstanceNormalization``, ``GroupNormalization``, ``RMSNormalization``
-  -> ``layernorm`` (5 per element; training writes two fp32 statistics per normalized row).
+  ``LayerNormalization``, ``InstanceNormalization``, ``GroupNormalization`` -> ``layernorm`` (5 per
+  element; training writes two fp32 statistics per normalized row). RMS normalization -- the
+  ``RMSNormalization`` node, or the chain a PyTorch RMSNorm exports as (``Pow``, ``ReduceMean``,
+  ``Add``, ``Sqrt``, ``Reciprocal`` or ``Div``, ``Mul``, a gain ``Mul``) -- is one ``layernorm`` at the
+  built-in decoder's ``rmsnorm`` cost (4 per element, one statistic per row;
+  :mod:`~archsim.workloads.onnx_import.norms`).
 * Activations, element-wise arithmetic, comparisons and reductions -> ``elementwise`` (``Softmax``,
   ``LogSoftmax``: ``softmax``) at :data:`~archsim.workloads.onnx_import.ops.ELEMENTWISE_FLOPS` per
   output element (per input element for reductions).
@@ -38,7 +45,8 @@ Ops, with their FLOPs (a MAC is 2; per-element counts are modelling assumptions,
 * ``Gather`` from a weight -> ``embedding`` (no FLOPs; reads only the rows it gathers, and the
   indices unless they are constant, as positions are); from an activation -> a 0-FLOP copy.
 * Data movement (``Concat``, ``Split``, ``Slice``, ``Pad``, ``Tile``, ``Cast``, ``Where``...) -> a
-  0-FLOP ``elementwise`` op with its bytes; ``Resize`` 1 FLOP per output.
+  0-FLOP ``elementwise`` op with its bytes; ``TopK`` (an MoE router's) the same plus a compare per
+  input element; ``Resize`` 1 FLOP per output.
 * Free, no op (the output is the input under another name): ``Reshape``, ``Flatten``, ``Squeeze``,
   ``Unsqueeze``, ``Transpose``, ``Identity``, ``Expand``, and ``Dropout`` in inference (in training
   it is a dropout op writing a 1-byte mask).
@@ -57,7 +65,7 @@ unsorted, with undefined inputs or no opset) is a :class:`~archsim.errors.SpecEr
 The package: :mod:`~archsim.workloads.onnx_import.load` reads, checks, binds and shape-infers a model
 and folds its shape arithmetic; :mod:`~archsim.workloads.onnx_import.ops` lists the supported op
 types and their FLOPs; :mod:`~archsim.workloads.onnx_import.importer` turns nodes into archsim ops;
-this module holds the entry points.
+:mod:`~archsim.workloads.onnx_import.norms` the normalizations; this module holds the entry points.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from archsim.errors import LimitError, SpecError
@@ -23,7 +24,9 @@ from archsim.workloads.graph import (
     ForwardGraph,
     GraphBuilder,
 )
+from archsim.workloads.onnx_import.attention import attention
 from archsim.workloads.onnx_import.load import BOOL_TYPES, FLOAT_TYPES, TensorInfo, node_attrs
+from archsim.workloads.onnx_import.norms import find_rms_norms, norm, rms_norm
 from archsim.workloads.onnx_import.ops import (
     ELEMENTWISE_FLOPS,
     FREE,
@@ -73,6 +76,9 @@ class Importer:
                     self.single_consumer[name] = index
         for out in self.graph.output:
             self.consumers[out.name] += 1
+        outputs = {out.name for out in self.graph.output}
+        self.rms_norms, inner = find_rms_norms(self.graph, outputs, self.weights)
+        self.skip.update(inner)
 
     def _constant_or_weight(self, name: str, info: TensorInfo) -> None:
         if info.elem_type in FLOAT_TYPES and info.dims is not None and math.prod(info.dims) > 1:
@@ -245,32 +251,6 @@ class Importer:
         rule = BackwardRule((x.name, gamma.name, stats.name), bwd * elements)
         g.add(name, OpKind.BATCHNORM, fwd * elements, (x, gamma, beta, running), (out, stats, running), rule=rule)
 
-    def norm(self, index: int, node: Any) -> None:
-        """Layer, instance, group and RMS normalization -> ``layernorm``."""
-        g = self.g
-        info = self.info(node.input[0], node)
-        assert info.dims is not None
-        axis = int(
-            node_attrs(node).get("axis", -1 if node.op_type in ("LayerNormalization", "RMSNormalization") else 2)
-        )
-        axis = axis % len(info.dims) if info.dims else 0
-        rows = math.prod(info.dims[:axis]) if node.op_type in ("LayerNormalization", "RMSNormalization") else 1
-        if node.op_type == "InstanceNormalization":
-            rows = math.prod(info.dims[:2])
-        elif node.op_type == "GroupNormalization":
-            rows = info.dims[0] * int(node_attrs(node).get("num_groups", 1))
-        elements = info.elements
-        reads = self.reads(node, node.input[:3])
-        out = self.out(node.output[0], node)
-        name = self.op_name(node, index)
-        fwd, bwd = ELEMENT_FLOPS["norm"]
-        if not self.train:
-            g.add(name, OpKind.LAYERNORM, fwd * elements, reads, (out,))
-            return
-        stats = TensorAccess(f"{name}.saved_stats", 2 * rows * STAT_BYTES)
-        saved = (reads[0].name, *(t.name for t in reads[1:2]), stats.name)
-        g.add(name, OpKind.LAYERNORM, fwd * elements, reads, (out, stats), rule=BackwardRule(saved, bwd * elements))
-
     def elementwise(self, index: int, node: Any) -> None:
         """Activations and element-wise arithmetic -> ``elementwise`` (``softmax``)."""
         fwd, bwd, saved = ELEMENTWISE_FLOPS[node.op_type]
@@ -307,7 +287,8 @@ class Importer:
             return
         outs = [self.out(n, node) for n in node.output if n]
         moved = sum(t.bytes for t in outs) // max(1, self.g.elem)
-        self.g.add(self.op_name(node, index), OpKind.ELEMENTWISE, 0, reads, outs, rule=BackwardRule((), moved))
+        flops = self.info(node.input[0], node).elements if node.op_type == "TopK" else 0  # the router's compares
+        self.g.add(self.op_name(node, index), OpKind.ELEMENTWISE, flops, reads, outs, rule=BackwardRule((), moved))
 
     def pool(self, index: int, node: Any) -> None:
         """Pools -> ``pool``."""
@@ -377,14 +358,15 @@ class Importer:
 
     def run(self) -> list[str]:
         """Import every node; returns the unsupported op types (one entry per node)."""
-        handlers = {
+        handlers: dict[str, Callable[[int, Any], None]] = {
             "Conv": self.conv,
             "Gemm": self.gemm,
             "MatMul": self.matmul,
             "BatchNormalization": self.batchnorm,
             "Gather": self.gather,
             "Dropout": self.dropout,
-            **dict.fromkeys(NORMS, self.norm),
+            "Attention": partial(attention, self),
+            **dict.fromkeys(NORMS, partial(norm, self)),
             **dict.fromkeys(ELEMENTWISE_FLOPS, self.elementwise),
             **dict.fromkeys(REDUCTIONS, self.reduction),
             **dict.fromkeys(MOVES, self.move),
@@ -393,6 +375,9 @@ class Importer:
         unsupported: list[str] = []
         for index, node in enumerate(self.graph.node):
             if index in self.skip:
+                continue
+            if index in self.rms_norms:
+                rms_norm(self, index, node, *self.rms_norms[index])
                 continue
             domain = node.domain if node.domain not in ("", "ai.onnx") else ""
             op_type = node.op_type if not domain else f"{domain}.{node.op_type}"

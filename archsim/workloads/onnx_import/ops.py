@@ -35,10 +35,14 @@ ELEMENTWISE_FLOPS: Mapping[str, tuple[int, int, str]] = {
     "Sqrt": (1, 2, "out"),
     "Reciprocal": (1, 2, "out"),
     "Exp": (1, 1, "out"),
+    "Cos": (1, 1, "in"),
+    "Sin": (1, 1, "in"),
     "Log": (1, 1, "in"),
     "Neg": (1, 1, "none"),
     "Abs": (1, 1, "in"),
     "Floor": (1, 0, "none"),
+    "Mod": (1, 0, "none"),
+    "Trilu": (1, 0, "none"),  # a select per element (a causal mask)
     "Ceil": (1, 0, "none"),
     "Round": (1, 0, "none"),
     "Sign": (1, 0, "none"),
@@ -65,7 +69,7 @@ REDUCTIONS = frozenset(
 MOVES = frozenset(
     {"Concat", "Split", "Slice", "Pad", "Tile", "Cast", "Where", "GatherElements", "ScatterND", "CumSum", "TopK"}
 )
-"""Data movement: no FLOPs, every tensor read and written once."""
+"""Data movement: no FLOPs (but ``TopK``: a compare per input element), every tensor read and written once."""
 FREE = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Identity", "Expand"})
 """Views: no op; the output is the input under another name."""
 SHAPE_OPS = frozenset({"Shape", "Size", "Constant", "ConstantOfShape", "Range", "EyeLike"})
@@ -73,7 +77,7 @@ SHAPE_OPS = frozenset({"Shape", "Size", "Constant", "ConstantOfShape", "Range", 
 NORMS = frozenset({"LayerNormalization", "InstanceNormalization", "GroupNormalization", "RMSNormalization"})
 POOLS = frozenset({"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"})
 SUPPORTED = frozenset(
-    {"Conv", "Gemm", "MatMul", "BatchNormalization", "Gather", "Dropout"}
+    {"Conv", "Gemm", "MatMul", "BatchNormalization", "Gather", "Dropout", "Attention"}
     | NORMS
     | set(ELEMENTWISE_FLOPS)
     | REDUCTIONS

@@ -1,0 +1,76 @@
+"""The changes to a multi-chip run a refusal may name, each checked by fitting the changed step.
+
+:func:`archsim.memory_fit.check_needs` names, for a decoder's training step that does not fit, the
+first change that would make it fit, in this order: full recomputation (it checks that itself), the
+changes listed here -- a higher ZeRO stage when the run is data parallel, then more pipeline stages
+--, then a smaller (micro-)batch. Another parallelism joins by adding its :class:`~archsim.memory_fit.Change`
+to :func:`system_changes` in its place in that order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from functools import partial
+
+from archsim.errors import UsageError
+from archsim.memory_fit import Change, Need, fits
+from archsim.models.placement import place
+from archsim.run.context import SystemContext
+from archsim.workloads.trace import Mode, Trace
+from archsim.workloads.zero import ZERO_STAGES, zero_memory
+
+
+def all_fit(context: SystemContext, needs: list[Need]) -> bool:
+    """True when every chip's need fits the context's chip (with its streaming-memory option)."""
+    return all(fits(context.chip, context.options.streaming, n.bytes, n.update_only) for n in needs)
+
+
+def zero_changes(context: SystemContext, trace: Trace) -> list[Change]:
+    """Each ZeRO stage above the run's, for a data-parallel training step without pipeline stages."""
+    width, zero = context.placement.data_parallel, context.options.zero
+    if trace.mode is not Mode.TRAIN or width == 1 or context.options.pipeline_stages != 1:
+        return []
+
+    def fits_at(stage: int) -> bool:
+        memory = zero_memory(trace, stage, width)
+        return all_fit(context, [Need("", memory.total, memory.optimizer_state)])
+
+    return [Change(f"--zero {stage}", partial(fits_at, stage)) for stage in ZERO_STAGES if stage > zero]
+
+
+StageNeeds = Callable[[SystemContext, Trace, int], list[Need]]
+"""What each stage's chip of a pipelined step holds: ``(context, trace, microbatches)`` ->
+needs (:func:`archsim.run.pipeline.stage_needs`, passed in: the pipeline module uses this one)."""
+
+
+def pipeline_changes(context: SystemContext, trace: Trace, stage_needs: StageNeeds) -> list[Change]:
+    """More pipeline stages (each dividing the system's first tier), the same micro-batch in every stage.
+
+    A stage of ``P`` keeps up to ``P`` micro-batches in flight under 1F1B (``stage_needs``);
+    the run the message names splits its batch into ``4 P`` micro-batches by default, each no larger
+    than this one, so it needs no more than what is checked. Not offered with ZeRO (not modelled with pipelines).
+    """
+    current = context.options.pipeline_stages
+    tiers = context.fabric.tiers
+    if context.options.zero or not tiers or trace.mode.is_generation:
+        return []
+    changes: list[Change] = []
+    for stages in range(current + 1, tiers[0].size + 1):
+        try:
+            placement = place(context.fabric, stages, context.source)
+        except UsageError:
+            continue
+        options = replace(context.options, pipeline_stages=stages)
+        staged = replace(context, options=options, placement=placement)
+
+        def fits_with(staged: SystemContext = staged, stages: int = stages) -> bool:
+            return all_fit(staged, stage_needs(staged, trace, 4 * stages))
+
+        changes.append(Change(f"--pipeline-stages {stages}", fits_with))
+    return changes
+
+
+def system_changes(context: SystemContext, trace: Trace, stage_needs: StageNeeds) -> list[Change]:
+    """The changes a refusal on a system may name, in the order it prefers them (see the module)."""
+    return [*zero_changes(context, trace), *pipeline_changes(context, trace, stage_needs)]

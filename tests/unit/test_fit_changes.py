@@ -1,0 +1,85 @@
+"""A decoder training step that does not fit is refused naming the smallest change that fits, checked.
+
+The order (issue 22): full recomputation, a higher ZeRO stage when data parallel, more pipeline stages,
+a smaller micro-batch. Each named change is run here to show that it does fit, and the change before
+it in the order to show that it does not.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from archsim import simulate
+from archsim.errors import CapacityError
+from archsim.memory_fit import Change, smallest_change
+from archsim.spec.library import Library
+
+LIBRARY = Library(use_env=False)
+
+
+def refusal(*arguments: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "archsim.cli", "run", *arguments, "--mode", "train"], capture_output=True, text=True
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    return done.stderr
+
+
+def test_a_chip_names_full_recomputation_and_it_fits() -> None:
+    line = refusal("a100-80gb", "gpt3-1.3b", "--batch", "8")
+    assert "the largest batch that fits is 5; the smallest change that fits is --recompute full" in line
+    assert "on a system, --zero or --pipeline-stages divide its training state" in line
+    fitted = simulate("a100-80gb", "gpt3-1.3b", mode="train", batch=8, recompute="full", library=LIBRARY)
+    assert fitted.memory_bytes <= fitted.memory_capacity_bytes
+
+
+def test_a_data_parallel_system_names_the_lowest_zero_stage_that_fits() -> None:
+    line = refusal("dgx-a100", "gpt3-13b", "--batch", "1")
+    assert line.endswith("the smallest change that fits is --zero 3\n")
+    fitted = simulate("dgx-a100", "gpt3-13b", mode="train", batch=1, zero=3, library=LIBRARY)
+    assert fitted.memory_bytes <= fitted.memory_capacity_bytes
+    before: list[dict[str, object]] = [{"recompute": "full"}, {"zero": 2}]  # earlier in the order: no fit
+    for change in before:
+        with pytest.raises(CapacityError):
+            simulate("dgx-a100", "gpt3-13b", mode="train", batch=1, library=LIBRARY, **change)  # type: ignore[arg-type]
+
+
+def test_a_pipeline_names_more_stages() -> None:
+    line = refusal("dgx-a100", "gpt3-13b", "--batch", "8", "--pipeline-stages", "2", "--recompute", "full")
+    assert "--microbatches: stage 1" in line
+    assert line.endswith("the smallest change that fits is --pipeline-stages 4\n")
+    fitted = simulate(
+        "dgx-a100", "gpt3-13b", mode="train", batch=8, pipeline_stages=4, recompute="full", library=LIBRARY
+    )
+    assert fitted.pipeline_stages == 4 and fitted.memory_bytes <= fitted.memory_capacity_bytes
+
+
+def test_with_nothing_else_left_a_smaller_batch() -> None:
+    line = refusal("dgx-a100", "gpt3-1.3b", "--batch", "256", "--zero", "3", "--recompute", "full")
+    assert line.endswith("the largest batch that fits is 64; the smallest change that fits is --batch 64\n")
+
+
+def test_none_fits_says_what_was_tried() -> None:
+    line = refusal("dgx-a100", "gpt3-175b", "--batch", "1")
+    assert "none of --recompute full, --zero 1, --zero 2, --zero 3, --pipeline-stages 2, --pipeline-stages 4" in line
+    assert line.endswith("fits alone\n")
+
+
+def test_changes_are_checked_in_order_until_one_fits() -> None:
+    checked: list[str] = []
+
+    def check(name: str, result: bool) -> Change:
+        def fits() -> bool:
+            checked.append(name)
+            return result
+
+        return Change(name, fits)
+
+    changes = [check("--recompute full", False), check("--tensor-parallel 2", True), check("--zero 1", True)]
+    assert smallest_change(changes) == "the smallest change that fits is --tensor-parallel 2"
+    assert checked == ["--recompute full", "--tensor-parallel 2"]
+    assert smallest_change([]) == "no other change to try"
