@@ -40,6 +40,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "archsim.commands.collective",
         "time one collective on a system, per size, as nccl-tests reports it (time, algbw, busbw)",
     ),
+    "plan": (
+        "archsim.commands.plan",
+        "training layouts of a language model that fit a system (tensor, pipeline, data parallel, ZeRO, "
+        "recomputation), fastest first",
+    ),
     "mlperf": ("archsim.commands.mlperf", "compare predicted with published MLPerf Training times to train"),
     "compare": (
         "archsim.commands.compare",
