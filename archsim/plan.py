@@ -72,12 +72,13 @@ class Layout:
 
     def arguments(self) -> dict[str, Any]:
         """Keyword arguments of :func:`archsim.simulate` (batch: the replica's)."""
+        accumulates = self.pipeline_stages > 1 or self.microbatches > 1
         return {
             "batch": self.micro_batch * self.microbatches,
             "tensor_parallel": self.tensor_parallel,
             "sequence_parallel": self.sequence_parallel,
             "pipeline_stages": self.pipeline_stages,
-            "microbatches": self.microbatches,
+            "microbatches": self.microbatches if accumulates else None,
             "zero": self.zero,
             "recompute": self.recompute,
         }
@@ -158,8 +159,8 @@ def layouts(chips: int, first_tier: int, layers: int, global_batch: int) -> Iter
                 for zero, recompute, sp in itertools.product(ZERO_STAGES, RECOMPUTE, (False, True)):
                     if sp and tp == 1:
                         continue
-                    if zero and dp == 1:
-                        continue  # ZeRO shards over data-parallel replicas: nothing to shard
+                    if zero and (dp == 1 or pp > 1 or replica > b):
+                        continue  # ZeRO shards over data-parallel replicas, and runs without pipeline or accumulation
                     yield Layout(tp, pp, dp, b, replica // b, zero, recompute, sp)
 
 
