@@ -23,13 +23,15 @@ Each layout then goes through two cheap bounds before any simulation:
 The survivors are simulated in order of that time bound (each through :func:`archsim.simulate`, whose
 refusals also prune: a layout the simulator refuses does not fit) until the ``top`` fastest simulated
 are all faster than the next layout's bound -- then no unsimulated layout can beat them, and the list
-is exact -- or the time budget runs out, which the report says.
+is exact -- or ``max_runs`` simulations have run, which the report says (a count, not a time limit,
+so the same question always gets the same answer). Layouts whose pipeline runs more than
+``max_blocks`` blocks are skipped (and counted): their simulation alone would take longer than a plan
+should.
 """
 
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,8 +53,13 @@ RECOMPUTE = ("none", "selective", "full")
 ZERO_STAGES = (0, 1, 2, 3)
 MICRO_BATCHES = (1, 2, 4, 8)
 """Micro-batch sizes tried (sequences per microbatch): Megatron-LM's large runs use 1 to 8."""
-DEFAULT_BUDGET_S = 45.0
-"""Simulation time a plan spends at most (the enumeration and bounds are instant)."""
+DEFAULT_MAX_RUNS = 12
+"""Simulations a plan runs at most (the enumeration and bounds are instant)."""
+DEFAULT_MAX_BLOCKS = 4096
+"""Pipeline blocks (stages x microbatches, forward and backward) of the longest layout a plan simulates:
+a simulation's cost grows with them (a 1,024-GPU GPT-3 175B step of 8 stages x 96 microbatches, 1,536
+blocks, takes about 3 s on two cores; 64 x 768, 98,304 blocks, about 25 s). Longer ones are counted
+and skipped, so a plan of that size stays under a minute."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +89,11 @@ class Layout:
             "zero": self.zero,
             "recompute": self.recompute,
         }
+
+    @property
+    def blocks(self) -> int:
+        """Forward and backward blocks of one pipeline's step (what a simulation's cost grows with)."""
+        return 2 * self.pipeline_stages * self.microbatches
 
     def label(self) -> str:
         """``TP 8 (SP) x PP 8 x DP 16, b 1 x m 96, ZeRO 1, recompute full``."""
@@ -116,9 +128,11 @@ class PlanReport:
     """Dropped before simulation: their model state alone exceeds the chip's memory."""
     refused: int = 0
     """Simulated and refused by the simulator (memory, layout)."""
+    too_long: int = 0
+    """Skipped: more pipeline blocks than ``max_blocks`` (the list is then not exhaustive)."""
     simulated: int = 0
     exact: bool = True
-    """False when the budget ran out before the bound proved no unsimulated layout is faster."""
+    """False when ``max_runs`` was reached before the bound proved no unsimulated layout is faster."""
     refusals: list[str] = field(default_factory=list)
     """The first few refusals, for a plan that finds nothing."""
 
@@ -133,6 +147,7 @@ class PlanReport:
             "over_memory_bound": self.over_memory_bound,
             "simulated": self.simulated,
             "refused": self.refused,
+            "too_long": self.too_long,
             "exact": self.exact,
             "layouts": [
                 {**vars(p.layout), "step_time_s": p.result.step_time_s, "result": p.result.to_dict()} for p in self.best
@@ -216,7 +231,8 @@ def plan(
     precision: str | Precision | None = None,
     seq_len: int | None = None,
     top: int = 5,
-    budget_s: float = DEFAULT_BUDGET_S,
+    max_runs: int = DEFAULT_MAX_RUNS,
+    max_blocks: int = DEFAULT_MAX_BLOCKS,
     progress: Callable[[int, int, Layout], None] | None = None,
     simulate: Callable[..., RunResult] | None = None,
 ) -> PlanReport:
@@ -257,14 +273,17 @@ def plan(
         bound = time_bound(layout, flops, chips, chip.peak[run_precision])
         candidates.append((bound, order[layout.recompute], layout))
     candidates.sort(key=lambda c: (c[0], c[1], c[2].zero, c[2].tensor_parallel, c[2].pipeline_stages))
-    started = time.perf_counter()
     found: list[Planned] = []
     for index, (bound, _, layout) in enumerate(candidates):
         if len(found) >= top and found[top - 1].result.step_time_s <= bound:
             break  # no layout left can beat the top ones
-        if time.perf_counter() - started > budget_s:
+        if report.simulated >= max_runs:
             report.exact = False
             break
+        if layout.blocks > max_blocks:
+            report.too_long += 1  # its pipeline alone is more simulation than the plan spends on one layout
+            report.exact = False
+            continue
         if progress is not None:
             progress(index, len(candidates), layout)
         report.simulated += 1

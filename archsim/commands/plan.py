@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from archsim.cli import HELP, positive_int
-from archsim.plan import DEFAULT_BUDGET_S, PlanReport, plan
+from archsim.plan import DEFAULT_MAX_BLOCKS, DEFAULT_MAX_RUNS, PlanReport, plan
 from archsim.spec.library import Library
 from archsim.units import format_bytes, format_time
 
@@ -25,11 +25,18 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq-len", type=positive_int, default=None, help="sequence length (default: the model's)")
     parser.add_argument("--top", type=positive_int, default=5, help="how many layouts to list (5)")
     parser.add_argument(
-        "--budget",
-        type=float,
-        default=DEFAULT_BUDGET_S,
-        metavar="SECONDS",
-        help=f"simulation time to spend at most ({DEFAULT_BUDGET_S:.0f} s)",
+        "--max-runs",
+        type=positive_int,
+        default=DEFAULT_MAX_RUNS,
+        metavar="N",
+        help=f"simulations to run at most, fastest time bound first ({DEFAULT_MAX_RUNS})",
+    )
+    parser.add_argument(
+        "--max-blocks",
+        type=positive_int,
+        default=DEFAULT_MAX_BLOCKS,
+        metavar="N",
+        help=f"skip layouts whose pipeline runs more blocks (stages x microbatches x 2; {DEFAULT_MAX_BLOCKS})",
     )
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
     parser.set_defaults(handler=run)
@@ -42,7 +49,8 @@ def table_lines(report: PlanReport) -> list[str]:
         "",
     ]
     if report.best:
-        header = f"{'#':>2}  {'layout':<62} {'step':>9} {'tokens/s':>11} {'MFU':>6} {'memory':>10}"
+        width = max(len(planned.layout.label()) for planned in report.best)
+        header = f"{'#':>2}  {'layout':<{width}} {'step':>9} {'tokens/s':>11} {'MFU':>6} {'memory':>10}"
         lines += [header, "-" * len(header)]
         for rank, planned in enumerate(report.best, 1):
             r = planned.result
@@ -50,17 +58,19 @@ def table_lines(report: PlanReport) -> list[str]:
             mfu = getattr(r, "mfu", None)
             mfu_text = f"{100 * mfu:.1f}%" if mfu is not None else "n/a"
             lines.append(
-                f"{rank:>2}  {planned.layout.label():<62} {format_time(r.step_time_s):>9} {tokens:>11} "
+                f"{rank:>2}  {planned.layout.label():<{width}} {format_time(r.step_time_s):>9} {tokens:>11} "
                 f"{mfu_text:>6} {format_bytes(r.memory_bytes):>10}"
             )
     else:
         lines.append("no layout fits")
         lines += [f"  {line}" for line in report.refusals]
     lines.append("")
-    covered = "exact: no layout left unsimulated can be faster" if report.exact else "budget reached: not exhaustive"
+    exact = "exact: no layout left unsimulated can be faster"
+    covered = exact if report.exact else "--max-runs or --max-blocks reached: not exhaustive"
     lines.append(
         f"{report.enumerated} layouts tile the system; {report.over_memory_bound} hold more model state than "
-        f"the chip's memory; {report.simulated} simulated, {report.refused} refused ({covered})"
+        f"the chip's memory; {report.simulated} simulated, {report.refused} refused, {report.too_long} skipped "
+        f"as too long to simulate ({covered})"
     )
     return lines
 
@@ -81,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
         precision=args.precision,
         seq_len=args.seq_len,
         top=args.top,
-        budget_s=args.budget,
+        max_runs=args.max_runs,
+        max_blocks=args.max_blocks,
         progress=show if sys.stderr.isatty() and not args.json else None,
     )
     if args.json:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,12 +92,13 @@ def _cost(layout: Layout) -> float:
 def _fake(calls: list[dict[str, Any]], refuse_below_pp: int = 1) -> Any:
     def simulate(target: str, workload: str, **kwargs: Any) -> _Result:
         calls.append(kwargs)
+        microbatches = kwargs["microbatches"] or 1
         layout = Layout(
             kwargs["tensor_parallel"],
             kwargs["pipeline_stages"],
             0,
-            kwargs["batch"] // kwargs["microbatches"],
-            kwargs["microbatches"],
+            kwargs["batch"] // microbatches,
+            microbatches,
             kwargs["zero"],
             kwargs["recompute"],
             kwargs["sequence_parallel"],
@@ -110,13 +112,15 @@ def _fake(calls: list[dict[str, Any]], refuse_below_pp: int = 1) -> Any:
 
 def test_the_search_is_exact_and_simulates_less_than_everything(library: Library) -> None:
     calls: list[dict[str, Any]] = []
-    report = plan("dgx-a100", "gpt3-1.3b", 64, library, nodes=2, top=3, simulate=_fake(calls))
+    report = plan("dgx-a100", "gpt3-1.3b", 64, library, nodes=2, top=3, max_runs=10**6, simulate=_fake(calls))
     assert report.exact
     survivors = report.enumerated - report.over_memory_bound
     assert 0 < report.simulated == len(calls) < survivors
     # exhaustive: every surviving layout simulated, the best three by the same made-up cost
     everything: list[dict[str, Any]] = []
-    full = plan("dgx-a100", "gpt3-1.3b", 64, library, nodes=2, top=survivors, simulate=_fake(everything))
+    full = plan(
+        "dgx-a100", "gpt3-1.3b", 64, library, nodes=2, top=survivors, max_runs=10**6, simulate=_fake(everything)
+    )
     assert full.simulated == survivors
     expected = sorted(p.result.step_time_s for p in full.best)[:3]
     assert [p.result.step_time_s for p in report.best] == expected
@@ -125,16 +129,19 @@ def test_the_search_is_exact_and_simulates_less_than_everything(library: Library
 
 
 def test_refused_layouts_are_counted_and_left_out(library: Library) -> None:
-    report = plan("dgx-a100", "gpt3-1.3b", 64, library, nodes=2, top=3, simulate=_fake([], refuse_below_pp=4))
+    report = plan(
+        "dgx-a100", "gpt3-1.3b", 64, library, nodes=2, top=3, max_runs=10**6, simulate=_fake([], refuse_below_pp=4)
+    )
     assert report.refused > 0
     assert report.best and all(p.layout.pipeline_stages >= 4 for p in report.best)
     assert report.refusals and "does not fit" in report.refusals[0]
 
 
-def test_an_empty_budget_says_the_list_is_not_exhaustive(library: Library) -> None:
-    report = plan("dgx-a100", "gpt3-1.3b", 64, library, top=3, budget_s=0.0, simulate=_fake([]))
+def test_a_run_cap_says_the_list_is_not_exhaustive(library: Library) -> None:
+    calls: list[dict[str, Any]] = []
+    report = plan("dgx-a100", "gpt3-1.3b", 64, library, top=3, max_runs=2, simulate=_fake(calls))
     assert not report.exact
-    assert report.simulated == 0
+    assert report.simulated == len(calls) == 2
 
 
 def test_a_state_too_big_for_any_layout_is_dropped_before_simulating(library: Library) -> None:
@@ -158,3 +165,21 @@ def test_the_cli_refuses_in_one_line(capsys: pytest.CaptureFixture[str], argv: l
     assert code == 2
     assert out == ""
     assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_plan_runs_the_simulator_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(capsys, "plan", "dgx-a100", "gpt2", "--global-batch", "16", "--max-runs", "4", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["chips"] == 8 and 0 < report["simulated"] <= 4
+    steps = [layout["step_time_s"] for layout in report["layouts"]]
+    assert steps and steps == sorted(steps)
+    for layout in report["layouts"]:
+        run = layout["result"]
+        tiles = layout["tensor_parallel"] * layout["pipeline_stages"] * layout["data_parallel"]
+        assert tiles == run["num_chips"] == 8
+        assert run["global_batch"] == 16
+        assert run["memory_per_chip"]["total"] <= run["memory_capacity_bytes"]
+        assert 0 < run["mfu"] <= 1
+    code, out, _ = run_cli(capsys, "plan", "dgx-a100", "gpt2", "--global-batch", "16", "--max-runs", "4")
+    assert code == 0 and "TP " in out and "not exhaustive" in out
