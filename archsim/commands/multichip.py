@@ -9,6 +9,7 @@ the multi-chip part of the human summary.
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from archsim.cli import positive_int
 from archsim.errors import UnitError
@@ -86,33 +87,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def request_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The run options ``archsim run`` and ``archsim export chakra`` parsed, as :meth:`RunRequest.of` takes them."""
+    return {
+        "mode": args.mode,
+        "batch": args.batch,
+        "precision": args.precision,
+        "seq_len": args.seq_len,
+        "prompt_len": args.prompt_len,
+        "gen_len": args.gen_len,
+        "nodes": args.nodes,
+        "pipeline_stages": args.pipeline_stages,
+        "microbatches": args.microbatches,
+        "schedule": args.schedule,
+        "collective": args.collective,
+        "bucket_bytes": args.bucket_size,
+        "overlap": not args.no_overlap,
+        "software": args.software,
+        "fusion": args.fusion,
+        "recompute": args.recompute,
+        "streaming_memory": args.streaming_memory,
+        "tensor_parallel": args.tensor_parallel,
+        "sequence_parallel": args.sequence_parallel,
+        "interleave": args.interleave,
+        "zero": args.zero,
+    }
+
+
 def simulate_args(args: argparse.Namespace) -> RunResult:
     """Run ``archsim run ARGS`` and write its timeline if asked; returns the result to print."""
-    request = RunRequest.of(
-        args.target,
-        args.workload,
-        args.mode,
-        args.batch,
-        args.precision,
-        args.seq_len,
-        prompt_len=args.prompt_len,
-        gen_len=args.gen_len,
-        nodes=args.nodes,
-        pipeline_stages=args.pipeline_stages,
-        microbatches=args.microbatches,
-        schedule=args.schedule,
-        collective=args.collective,
-        bucket_bytes=args.bucket_size,
-        overlap=not args.no_overlap,
-        software=args.software,
-        fusion=args.fusion,
-        recompute=args.recompute,
-        streaming_memory=args.streaming_memory,
-        tensor_parallel=args.tensor_parallel,
-        sequence_parallel=args.sequence_parallel,
-        interleave=args.interleave,
-        zero=args.zero,
-    )
+    request = RunRequest.of(args.target, args.workload, **request_options(args))
     output = run(request, Library(args.lib), record=args.timeline is not None)
     if args.timeline is not None:
         write_timeline(output.timeline, args.timeline)

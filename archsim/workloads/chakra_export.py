@@ -5,12 +5,13 @@
 step runs, so that tools that replay Chakra ETs (ASTRA-sim and the like) can take archsim's compute
 times to other networks and scales. ``archsim export chakra`` is the command line's door.
 
-**Ranks.** A system of ``N`` chips runs ``D = N / S`` replicas of a pipeline of ``S`` stages; rank
-``r = p * S + s`` is stage ``s`` of pipeline ``p`` (archsim's placement: chips numbered along the
-tiers, innermost first, a pipeline on ``S`` consecutive chips, :mod:`archsim.models.placement`). The
-files are ``DIR/NAME.RANK.et`` (Chakra's per-rank naming) for the representative ranks ``0 .. S-1``
--- every stage of pipeline 0; pipeline ``p`` runs the same nodes as ranks ``p * S + s`` -- or, with
-``all_ranks``, for every rank. A one-chip target is rank 0 alone.
+**Ranks.** A system of ``N`` chips runs ``D = N / (S T)`` replicas of a pipeline of ``S`` stages of
+``T`` tensor-parallel chips each; rank ``r = (p * S + s) * T + t`` is tensor-parallel rank ``t`` of
+stage ``s`` of pipeline ``p`` (archsim's placement: chips numbered along the tiers, innermost first, a
+tensor-parallel group on ``T`` consecutive chips, then the stages, :mod:`archsim.models.placement`).
+The files are ``DIR/NAME.RANK.et`` (Chakra's per-rank naming) for the representative ranks ``s * T``
+-- tensor-parallel rank 0 of every stage of pipeline 0; the other ranks run the same nodes on their
+own shard and peers -- or, with ``all_ranks``, for every rank. A one-chip target is rank 0 alone.
 
 **What a rank runs.**
 
@@ -19,11 +20,13 @@ files are ``DIR/NAME.RANK.et`` (Chakra's per-rank naming) for the representative
   them (:func:`~archsim.workloads.transforms.with_gradient_all_reduces`), or those of a Chakra ET --;
   with ``S`` or ``M`` set: the stage's blocks in the schedule's order
   (:func:`archsim.engine.parallel.stage_order`, 1F1B or GPipe), each after the block before it. A
-  forward block of microbatch ``m`` receives its activations from rank ``r - 1`` (when ``s > 0``),
-  runs the stage's forward ops and sends its activations to rank ``r + 1`` (when ``s < S - 1``); a
-  backward block receives gradients from ``r + 1``, runs the backward ops and sends to ``r - 1``
+  forward block of microbatch ``m`` receives its activations from rank ``r - T`` (when ``s > 0``),
+  runs the stage's forward ops and sends its activations to rank ``r + T`` (when ``s < S - 1``); a
+  backward block receives gradients from ``r + T``, runs the backward ops and sends to ``r - T``
   (``comm_tag`` ``2m`` forward, ``2m + 1`` backward). Training then all-reduces the stage's gradient
-  buckets over its data-parallel group (ranks ``s, s + S, ...``) and runs the stage's update.
+  buckets over its data-parallel group (the ranks of its stage and tensor-parallel rank in every
+  pipeline) and runs the stage's update. A tensor-parallel step's collectives (in the trace) name
+  their group ``tensor-parallel.stageS.pipelineP`` with its ``T`` ranks.
 * Compute nodes carry ``duration_micros``: the op's time in the simulated step (the same for every
   microbatch), rounded to the microsecond as Chakra's schema counts it, exactly in
   ``archsim.duration_s``. Communication nodes carry their bytes and group (``pg_name``
@@ -52,6 +55,7 @@ from archsim.workloads.chakra_format import chakra_bytes
 from archsim.workloads.pipeline import Stage, stage_memory_bytes, stages_of_ops
 from archsim.workloads.trace import CommGroup, CommKind, Mode, Op, Phase, Trace
 from archsim.workloads.transforms import comm_op, gradient_buckets, with_gradient_all_reduces
+from archsim.workloads.zero import with_zero
 
 MAX_RANK_FILES = 4096
 """Most files one export writes (``all_ranks`` on a larger system is refused)."""
@@ -84,12 +88,24 @@ class _Step:
     microbatches: int
     schedule: Schedule
     train: bool
+    tensor_parallel: int = 1
 
-    def group(self, group: CommGroup, stage: int) -> dict[str, object]:
-        """The Chakra attributes naming ``group`` as rank ``stage``'s pipeline sees it."""
+    def rank(self, pipeline: int, stage: int, shard: int) -> int:
+        """The rank of tensor-parallel rank ``shard`` of stage ``stage`` of pipeline ``pipeline``."""
+        return (pipeline * self.stages + stage) * self.tensor_parallel + shard
+
+    def group(self, group: CommGroup, rank: int) -> dict[str, object]:
+        """The Chakra attributes naming ``group`` as rank ``rank`` sees it."""
+        t = rank % self.tensor_parallel
+        stage = rank // self.tensor_parallel % self.stages
+        pipeline = rank // (self.tensor_parallel * self.stages)
         if group is CommGroup.DATA_PARALLEL:
-            ranks = [p * self.stages + stage for p in range(self.replicas)]
-            return {"pg_name": f"data-parallel.stage{stage}", "archsim.group_ranks": ranks}
+            ranks = [self.rank(p, stage, t) for p in range(self.replicas)]
+            name = f"data-parallel.stage{stage}" + (f".shard{t}" if self.tensor_parallel > 1 else "")
+            return {"pg_name": name, "archsim.group_ranks": ranks}
+        if group is CommGroup.TENSOR_PARALLEL:
+            ranks = [self.rank(pipeline, stage, u) for u in range(self.tensor_parallel)]
+            return {"pg_name": f"tensor-parallel.stage{stage}.pipeline{pipeline}", "archsim.group_ranks": ranks}
         if group is CommGroup.ALL:
             return {"pg_name": "all", "archsim.group_ranks": list(range(self.chips))}
         return {"pg_name": group.value}
@@ -131,22 +147,28 @@ def rank_traces(request: Any, library: Library, *, all_ranks: bool = False) -> l
         microbatches=result.microbatches,
         schedule=options.schedule,
         train=built.trace.mode is Mode.TRAIN,
+        tensor_parallel=request.layout.tensor_parallel,
     )
+    if options.interleave > 1:
+        raise UsageError(request.target, "--interleave", "an interleaved pipeline's ranks are not exported yet")
     count = step.chips if all_ranks else step.stages
+    ranks = list(range(count)) if all_ranks else [step.rank(0, s, 0) for s in range(step.stages)]
     if count > MAX_RANK_FILES:
         raise UsageError(request.target, "--all-ranks", f"{count} files: at most {MAX_RANK_FILES}")
     trace = built.trace
     if built.microbatches is None:
-        if step.replicas > 1 and not trace.has_link_comm:
+        if step.replicas > 1 and not trace.has_link_comm and options.zero:
+            trace = with_zero(trace, options.zero, step.replicas, options.bucket_bytes, options.overlap)
+        elif step.replicas > 1 and not trace.has_link_comm:
             trace = with_gradient_all_reduces(trace, options.bucket_bytes, options.overlap)
         durations = _durations(trace, result.layers)
-        return [_flat(rank, trace, durations, step) for rank in range(count)]
+        return [_flat(rank, trace, durations, step) for rank in ranks]
     stages, op_s, update_s = _stages(built.trace, result, step.stages)
-    ranks = []
-    for rank in range(count):
-        s = rank % step.stages
-        ranks.append(_staged(rank, built.trace, stages, s, op_s, update_s[s], step, options.bucket_bytes))
-    return ranks
+    staged = []
+    for rank in ranks:
+        s = rank // step.tensor_parallel % step.stages
+        staged.append(_staged(rank, built.trace, stages, s, op_s, update_s[s], step, options.bucket_bytes))
+    return staged
 
 
 def _durations(trace: Trace, layers: Sequence[Any]) -> list[float]:
@@ -154,7 +176,7 @@ def _durations(trace: Trace, layers: Sequence[Any]) -> list[float]:
     records = iter(layers)
     durations = []
     for op in trace.ops:
-        if op.comm is not None:
+        if op.comm is not None and not op.comm.in_stream:  # off the stream: the consumer's to time
             durations.append(0.0)
             continue
         layer = next(records)
@@ -165,7 +187,7 @@ def _durations(trace: Trace, layers: Sequence[Any]) -> list[float]:
 
 def _flat(rank: int, trace: Trace, durations: list[float], step: _Step) -> RankTrace:
     """A rank of an unpipelined step: the trace as it is, its communication ops' groups named."""
-    comm = {i: step.group(op.comm.group, 0) for i, op in enumerate(trace.ops) if op.comm is not None}
+    comm = {i: step.group(op.comm.group, rank) for i, op in enumerate(trace.ops) if op.comm is not None}
     return RankTrace(rank, 0, _named(trace, rank, 0, step, trace.ops, trace.memory_bytes), tuple(durations), comm)
 
 
@@ -183,7 +205,8 @@ def _named(trace: Trace, rank: int, stage: int, step: _Step, ops: Sequence[Op], 
 
 def _stages(trace: Trace, result: RunResult, count: int) -> tuple[list[Stage], dict[int, float], list[float]]:
     """The run's stages (from the stage each op ran on), each op's time and each stage's update time."""
-    computed = [i for i, op in enumerate(trace.ops) if op.phase is not Phase.UPDATE and op.comm is None]
+    recorded = [i for i, op in enumerate(trace.ops) if op.comm is None or op.comm.in_stream]  # a layer each
+    computed = [i for i in recorded if trace.ops[i].phase is not Phase.UPDATE]
     layers = [layer for layer in result.layers if layer.phase != Phase.UPDATE.value]
     stage_of: dict[int, int] = {}
     op_s: dict[int, float] = {}
@@ -230,7 +253,8 @@ def _staged(
         if (forward and s > 0) or (not forward and s < last):
             nbytes = stages[s - 1].send_bytes if forward else stage.send_bytes
             what = "activations" if forward else "gradients"
-            entry = (transfer(f"recv {what} mb{m}", CommKind.RECV, nbytes, before, rank + (-1 if forward else 1), tag),)
+            peer = rank + (-1 if forward else 1) * step.tensor_parallel
+            entry = (transfer(f"recv {what} mb{m}", CommKind.RECV, nbytes, before, peer, tag),)
         local: dict[int, int] = {}
         for i in stage.forward if forward else stage.backward:
             deps = {local[d] for d in trace.ops[i].deps if d in local}
@@ -240,7 +264,7 @@ def _staged(
             ops.append(trace.ops[i].with_deps(tuple(sorted(deps | set(entry)))))
             durations.append(op_s.get(i, 0.0))
             if ops[-1].comm is not None:  # a collective the trace brings (tensor parallelism's)
-                comm[local[i]] = step.group(ops[-1].comm.group, s)
+                comm[local[i]] = step.group(ops[-1].comm.group, rank)
             if not forward:
                 backward_at[i] = local[i]
         used = {d for i in local for d in ops[local[i]].deps}
@@ -250,7 +274,8 @@ def _staged(
         if (forward and s < last) or (not forward and s > 0):
             nbytes = stage.send_bytes if forward else stages[s - 1].send_bytes
             what = "activations" if forward else "gradients"
-            transfer(f"send {what} mb{m}", CommKind.SEND, nbytes, before, rank + (1 if forward else -1), tag)
+            peer = rank + (1 if forward else -1) * step.tensor_parallel
+            transfer(f"send {what} mb{m}", CommKind.SEND, nbytes, before, peer, tag)
     reduces: list[int] = []
     if step.train and step.replicas > 1:
         backward_ops = [trace.ops[i] for i in stage.backward]
@@ -259,7 +284,7 @@ def _staged(
             group, phase = CommGroup.DATA_PARALLEL, Phase.BACKWARD_WEIGHT
             ops.append(comm_op(f"all-reduce b{k}", CommKind.ALL_REDUCE, bucket.bytes, writers, group, phase))
             durations.append(0.0)
-            comm[len(ops) - 1] = step.group(CommGroup.DATA_PARALLEL, s)
+            comm[len(ops) - 1] = step.group(CommGroup.DATA_PARALLEL, rank)
             reduces.append(len(ops) - 1)
     if step.train and stage.update is not None:
         ops.append(stage.update.with_deps(tuple(reduces) or before))

@@ -115,6 +115,34 @@ def test_files_follow_the_official_schema_and_sends_meet_receives(tmp_path: Path
     assert sends and sorted(sends) == sorted(receives)
 
 
+def test_a_tensor_parallel_pipeline_names_its_ranks_and_groups(tmp_path: Path, library: Library) -> None:
+    # 8 chips: TP 2 x 2 stages x 2 replicas; rank (p * 2 + s) * 2 + t, representatives are t = 0 of pipeline 0
+    layout = {"mode": "train", "batch": 4, "pipeline_stages": 2, "microbatches": 2, "tensor_parallel": 2}
+    paths = export_chakra("dgx-a100", "gpt2", tmp_path, library, all_ranks=True, **layout)
+    assert len(paths) == 8
+    representatives = export_chakra("dgx-a100", "gpt2", tmp_path / "rep", library, **layout)
+    assert [p.name for p in representatives] == ["gpt2.0.et", "gpt2.2.et"]
+    sends: list[tuple[int, int, int, int]] = []
+    receives: list[tuple[int, int, int, int]] = []
+    for rank, path in enumerate(paths):
+        shard, stage, pipeline = rank % 2, rank // 2 % 2, rank // 4
+        _, nodes = _official_nodes(path)
+        groups = {}
+        for node in nodes:
+            attrs = _attrs(node)
+            if NODE_TYPES[node.type] == "COMM_COLL_NODE":
+                groups[attrs["pg_name"].string_val] = list(attrs["archsim.group_ranks"].int64_list.values)
+            elif NODE_TYPES[node.type] in ("COMM_SEND_NODE", "COMM_RECV_NODE"):
+                key = tuple(attrs[a].int32_val for a in ("comm_src", "comm_dst", "comm_tag"))
+                entry = (*key, attrs["comm_size"].int64_val)
+                (sends if NODE_TYPES[node.type] == "COMM_SEND_NODE" else receives).append(entry)
+                assert {key[0], key[1]} == {rank, rank + (2 if stage == 0 else -2)}  # the same shard, next stage
+        tp = f"tensor-parallel.stage{stage}.pipeline{pipeline}"
+        assert groups[tp] == [rank - shard, rank - shard + 1]
+        assert groups[f"data-parallel.stage{stage}.shard{shard}"] == [stage * 2 + shard, 4 + stage * 2 + shard]
+    assert sends and sorted(sends) == sorted(receives)
+
+
 def test_an_inference_step_on_one_chip_is_rank_0_without_communication(tmp_path: Path, library: Library) -> None:
     (path,) = export_chakra("a100-80gb", "gpt2", tmp_path, library, mode="infer", batch=2)
     trace = read_chakra(path)
