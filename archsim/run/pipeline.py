@@ -17,6 +17,7 @@ from archsim.engine.replay import OpTiming, replay
 from archsim.errors import UsageError
 from archsim.models.base import OpCost
 from archsim.run.context import RunOutput, SystemContext
+from archsim.run.expert_parallel import EXPERT_PARALLEL_NOTE
 from archsim.run.remedies import system_changes
 from archsim.run.system_result import system_result, timeline
 from archsim.run.tensor_parallel import TENSOR_PARALLEL_NOTE
@@ -151,6 +152,8 @@ def single_chip_step(context: SystemContext, trace: Trace, microbatches: int) ->
     """
     if context.placement.tensor_parallel > 1:
         return TENSOR_PARALLEL_NOTE
+    if context.options.trace.expert_parallel > 1:
+        return EXPERT_PARALLEL_NOTE
     unheld = memory_fit.one_chip_cannot_hold(context.chip, trace)
     if unheld is not None:
         return unheld

@@ -31,6 +31,8 @@ def zero_changes(context: SystemContext, trace: Trace) -> list[Change]:
     width, zero = context.placement.data_parallel, context.options.zero
     if trace.mode is not Mode.TRAIN or width == 1 or context.options.pipeline_stages != 1:
         return []
+    if context.options.trace.expert_parallel != 1:  # not modelled with expert parallelism (refused)
+        return []
 
     def fits_at(stage: int) -> bool:
         memory = zero_memory(trace, stage, width)
