@@ -63,6 +63,7 @@ from fractions import Fraction
 
 from archsim.spec.common import Precision
 from archsim.spec.model import Activation, DecoderSection, ModelSpec, Norm, Positions
+from archsim.workloads.expert_parallel import expert_parallel_problem
 from archsim.workloads.graph import INT_BYTES, STAT_BYTES, BackwardRule, ForwardGraph, GraphBuilder
 from archsim.workloads.trace import Gemm, Mode, OpKind, TensorAccess
 
@@ -139,18 +140,6 @@ def tensor_parallel_problem(cfg: DecoderSection, tensor_parallel: int) -> str | 
         return f"{t} must divide the {cfg.kv_heads} key/value heads or be a multiple of them"
     if cfg.ffn % t:
         return f"{t} must divide the feed-forward size {cfg.ffn}"
-    return None
-
-
-def expert_parallel_problem(cfg: DecoderSection, expert_parallel: int) -> str | None:
-    """Why ``cfg``'s experts cannot be sharded over ``expert_parallel`` chips (None: they can)."""
-    if expert_parallel == 1:
-        return None
-    if cfg.moe is None:
-        return "shards a mixture of experts' experts: this model is dense (no moe section)"
-    if cfg.moe.experts % expert_parallel:
-        fits = ", ".join(str(x) for x in range(1, cfg.moe.experts + 1) if cfg.moe.experts % x == 0)
-        return f"{expert_parallel} must divide the {cfg.moe.experts} experts; {fits} would"
     return None
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from archsim.spec.model import DecoderSection
 from archsim.workloads.trace import CommGroup, CommKind, Op, Phase, Trace
 from archsim.workloads.training import GRAD, RECOMPUTE
 from archsim.workloads.transforms import comm_op
@@ -44,6 +45,18 @@ EXPERTS_OUT = ".moe.experts.down"
 
 EXPERT_WEIGHTS = ".moe.experts."
 """Infix of the experts' weights (and so of their gradients): ``layers.{i}.moe.experts.down.weight``."""
+
+
+def expert_parallel_problem(cfg: DecoderSection, expert_parallel: int) -> str | None:
+    """Why ``cfg``'s experts cannot be sharded over ``expert_parallel`` chips (None: they can)."""
+    if expert_parallel == 1:
+        return None
+    if cfg.moe is None:
+        return "shards a mixture of experts' experts: this model is dense (no moe section)"
+    if cfg.moe.experts % expert_parallel:
+        fits = ", ".join(str(x) for x in range(1, cfg.moe.experts + 1) if cfg.moe.experts % x == 0)
+        return f"{expert_parallel} must divide the {cfg.moe.experts} experts; {fits} would"
+    return None
 
 
 def is_expert_gradient(name: str) -> bool:
