@@ -63,6 +63,9 @@ def pipeline_changes(context: SystemContext, trace: Trace, stage_needs: StageNee
             placement = place(context.fabric, stages, context.source)
         except UsageError:
             continue
+        replicas = context.fabric.num_chips // (stages * context.placement.tensor_parallel)
+        if replicas % context.options.trace.expert_parallel:  # the experts' group would not tile the replicas
+            continue
         options = replace(context.options, pipeline_stages=stages)
         staged = replace(context, options=options, placement=placement)
 
