@@ -203,6 +203,14 @@ def test_with_pipeline_stages_and_generation(library: Library) -> None:
     )  # fmt: skip
     assert staged.pipeline_stages == 2 and staged.expert_parallel == 4 and staged.data_parallel == 8
     assert any(layer.name.endswith("ep-all-to-all") for layer in staged.layers)
+    # DP / E = 2 replicas of each stage hold the same experts: their gradients have buckets of their own
+    assert any(c.name.startswith("expert all-reduce") for c in staged.collectives)
+    assert any(c.name.startswith("all-reduce") for c in staged.collectives)
+    whole = simulate(
+        "dgx-h100", MODEL, "train", 4, seq_len=256, nodes=4, tensor_parallel=2, pipeline_stages=2,
+        expert_parallel=8, library=library,
+    )  # fmt: skip
+    assert not any(c.name.startswith("expert") for c in whole.collectives)
     generated = simulate(
         "dgx-h100",
         MODEL,
