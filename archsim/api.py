@@ -50,6 +50,7 @@ def simulate(
     sequence_parallel: bool = False,
     interleave: int = 1,
     zero: int = 0,
+    expert_parallel: int = 1,
 ) -> RunResult:
     """Replay ``workload`` on ``target`` and return the run's records.
 
@@ -72,7 +73,9 @@ def simulate(
     ``target`` may also be a multi-chip system (``interconnect/systems/``); the keyword arguments
     then spread the workload over it (see :class:`archsim.run.request.Layout`, where they are
     documented): ``batch`` is per data-parallel replica and ``nodes`` scales the system out; ``zero``
-    (0..3) shards a data-parallel training step's state (:mod:`archsim.workloads.zero`).
+    (0..3) shards a data-parallel training step's state (:mod:`archsim.workloads.zero`);
+    ``expert_parallel`` shards a mixture of experts' experts over that many data-parallel chips
+    (:mod:`archsim.workloads.expert_parallel`).
     """
     request = RunRequest.of(
         target,
@@ -98,5 +101,6 @@ def simulate(
         sequence_parallel=sequence_parallel,
         interleave=interleave,
         zero=zero,
+        expert_parallel=expert_parallel,
     )
     return run(request, library or Library(search_path)).result

@@ -79,6 +79,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --tensor-parallel: norms and residual adds on 1/T of the tokens, reduce-scatter + all-gather",
     )
     group.add_argument(
+        "--expert-parallel",
+        type=positive_int,
+        default=1,
+        metavar="E",
+        help="chips of the data-parallel group that share a mixture of experts' experts, with all-to-alls "
+        "(DeepSpeed-MoE; default 1)",
+    )
+    group.add_argument(
         "--interleave",
         type=positive_int,
         default=1,
@@ -111,6 +119,7 @@ def request_options(args: argparse.Namespace) -> dict[str, Any]:
         "sequence_parallel": args.sequence_parallel,
         "interleave": args.interleave,
         "zero": args.zero,
+        "expert_parallel": args.expert_parallel,
     }
 
 
@@ -156,6 +165,8 @@ def summary_lines(result: RunResult) -> list[str]:
             f"tensor par.   {result.tensor_parallel} chips per layer"
             + (", sequence parallel" if result.sequence_parallel else "")
         )
+    if result.expert_parallel > 1:
+        lines.append(f"expert par.   {result.expert_parallel} chips share the experts (all-to-all)")
     if result.pipeline_stages > 1:
         lines.append(
             f"pipeline      {result.schedule}"

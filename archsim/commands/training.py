@@ -72,6 +72,7 @@ def extend_args(result: RunResult, args: argparse.Namespace) -> RunResult:
         "tensor_parallel": getattr(args, "tensor_parallel", 1),
         "sequence_parallel": getattr(args, "sequence_parallel", False),
         "interleave": getattr(args, "interleave", 1),
+        "expert_parallel": getattr(args, "expert_parallel", 1),
     }
     library = Library(args.lib)
     return extend(

@@ -27,6 +27,7 @@ for it. Link statistics and timelines attach to that network as observers (``obs
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -262,6 +263,8 @@ class StageWork:
     """Activations to the next stage per microbatch (gradients come back, same size)."""
     buckets: tuple[tuple[int, float], ...] = ()
     """(bytes, seconds into the backward block when the bucket's last gradient is written)."""
+    expert_buckets: tuple[tuple[int, float], ...] = ()
+    """The same for the experts' gradients, all-reduced over the replicas holding the same experts."""
 
 
 @dataclass
@@ -286,19 +289,25 @@ def pipeline_step(
     observers: Sequence[LinkObserver] = (),
     communicate: bool = True,
     chunks: int = 1,
+    expert_placement: Placement | None = None,
 ) -> PipelineOutcome:
     """One pipelined step of every stage; ``communicate=False`` makes every transfer free (a baseline).
 
     ``observers`` are told of every transfer on a link (statistics, a timeline). With ``chunks`` above
     1, ``work`` holds the ``chips x chunks`` virtual stages of an interleaved schedule
     (:mod:`archsim.engine.interleave`): virtual stage ``k`` runs on chip ``k mod chips``; blocks name
-    their virtual stage.
+    their virtual stage. ``expert_placement`` places the replicas that hold the same experts, over
+    which each stage's ``expert_buckets`` are all-reduced (expert parallelism).
     """
     import simpy  # loaded only where SimPy runs (a one-chip run never does)
 
     env = simpy.Environment()
     net = RepNetwork(env, placement.fabric, observers)
     engine = CollectiveEngine(net, placement, options.chunk_bytes, launch_s=options.launch_s)
+    experts = engine
+    if expert_placement is not None:  # a copy of the network for the experts' group, reporting on its lanes
+        copy = RepNetwork(env, expert_placement.fabric, [_OnNetwork(net)])
+        experts = CollectiveEngine(copy, expert_placement, options.chunk_bytes, launch_s=options.launch_s)
     stages, m = len(work), microbatches
     chips = stages // chunks
     comm = CommLog(engine.records, [], [])
@@ -357,17 +366,23 @@ def pipeline_step(
 
     def reduce_chip(d: int) -> simpy.events.ProcessGenerator:
         # the last backward block is chunk 0's (stage d): the other chunks' buckets are ready at its start
-        buckets = [(n, offset if s == d else 0.0, s) for s in reversed(own_stages[d]) for n, offset in work[s].buckets]
+        buckets: list[tuple[float, int, int, CollectiveEngine, str]] = []
+        for s in reversed(own_stages[d]):  # the experts' buckets merged in by when they are ready
+            own = [(offset if s == d else 0.0, n, s, engine, "all-reduce") for n, offset in work[s].buckets]
+            expert = [
+                (offset if s == d else 0.0, n, s, experts, "expert all-reduce") for n, offset in work[s].expert_buckets
+            ]
+            buckets.extend(heapq.merge(own, expert, key=lambda b: b[0]))
         if not (train and communicate and placement.data_parallel > 1 and buckets):
             reduced[d].succeed()
             return
         yield last_backward[d]
         began = env.now
-        for k, (nbytes, offset, s) in enumerate(buckets):
+        for k, (offset, nbytes, s, on, label) in enumerate(buckets):
             ready = began + (offset if options.overlap else work[d].backward_s)
             if ready > env.now:
                 yield env.timeout(ready - env.now)
-            yield from engine.run(Collective.ALL_REDUCE, options.algorithm, nbytes, d, f"all-reduce s{s} b{k}")
+            yield from on.run(Collective.ALL_REDUCE, options.algorithm, nbytes, d, f"{label} s{s} b{k}")
         reduced[d].succeed()
 
     def update_chip(d: int) -> simpy.events.ProcessGenerator:
@@ -383,6 +398,10 @@ def pipeline_step(
             engine.check(Collective.ALL_REDUCE, options.algorithm, nbytes, s % chips)
             for s in range(stages)
             for nbytes, _ in work[s].buckets
+        ) + sum(
+            experts.check(Collective.ALL_REDUCE, options.algorithm, n, s % chips)
+            for s in range(stages)
+            for n, _ in work[s].expert_buckets
         )
         check_flat_ring_budget(hops, placement.fabric.system)
     for d in range(chips):
@@ -390,6 +409,10 @@ def pipeline_step(
         env.process(reduce_chip(d))
         env.process(update_chip(d))
     env.run()
+    if experts is not engine:  # the experts' group's collectives and lanes, as the network's
+        comm.collectives.extend(experts.records)
+        for lane in experts.net.lanes:
+            net.lane(_tier_index(net, lane), lane.id)
     comm.lanes = net.lanes
     flush = max((t.end_s for t in tasks if t.kind is not BlockKind.UPDATE), default=0.0)
     return PipelineOutcome(tasks, env.now, flush, comm)

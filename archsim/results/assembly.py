@@ -70,7 +70,7 @@ def generation_fields(trace: Trace, throughput: float, step_time_s: float) -> di
 
 
 def decoder_fields(trace: Trace, steps: int, throughput: float, step_time_s: float, peak: float) -> dict[str, Any]:
-    """A decoder model's fields: MFU, tensor and sequence parallelism, and tokens/s when training or inferring.
+    """A decoder model's fields: MFU, tensor, sequence and expert parallelism, and tokens/s when training or inferring.
 
     ``steps`` is how many times the trace's batch the step runs over the whole target (microbatches
     times replicas); ``peak`` is the whole target's peak FLOP/s at the run's precision.
@@ -82,6 +82,7 @@ def decoder_fields(trace: Trace, steps: int, throughput: float, step_time_s: flo
         "mfu": int(model_flops) * steps / (step_time_s * peak),
         "tensor_parallel": int(trace.meta.get("tensor_parallel", "1")),
         "sequence_parallel": trace.meta.get("sequence_parallel") == "true",
+        "expert_parallel": int(trace.meta.get("expert_parallel", "1")),
     }
     if not trace.mode.is_generation and trace.seq_len is not None:
         fields["tokens_per_s"] = throughput * trace.seq_len

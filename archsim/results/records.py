@@ -220,6 +220,8 @@ class RunResult:
     """Chips that split each layer of a decoder model (Megatron-LM tensor parallelism; 1: none)."""
     sequence_parallel: bool = field(default=False, kw_only=True)
     """Sequence parallelism within the tensor-parallel group."""
+    expert_parallel: int = field(default=1, kw_only=True)
+    """Chips of the data-parallel group that share a mixture of experts' experts (1: none)."""
     mfu: float | None = field(default=None, kw_only=True)
     """Model FLOPs utilization: the model's FLOPs of the step as Megatron-LM and PaLM count them
     (:func:`archsim.workloads.decoder.matrix_flops`: matrix products only, no recomputation) over

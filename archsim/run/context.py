@@ -113,6 +113,8 @@ class SystemContext:
     """How the collective library runs one of the trace's own collectives (a Chakra ET's)."""
     group_calls: GroupCalls | None = None
     """How long each tensor-parallel collective takes on its group (None: no tensor parallelism)."""
+    expert_calls: GroupCalls | None = None
+    """How long each expert-parallel all-to-all takes on its group (None: no expert parallelism)."""
 
     @cached_property
     def resolved(self) -> FamilyEfficiency:
@@ -143,4 +145,6 @@ class SystemContext:
         framework_s = framework_overhead_s(self.efficiency)
         footprint = resident_bytes(trace, needed, share)
         model = cost_model_for(self.chip, self.efficiency, trace.precision, footprint, framework_s)
-        return model if self.group_calls is None else StreamCommModel(model, self.group_calls)
+        if self.group_calls is None and self.expert_calls is None:
+            return model
+        return StreamCommModel(model, self.group_calls, self.expert_calls)

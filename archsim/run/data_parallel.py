@@ -18,11 +18,14 @@ from archsim.engine.records import LinkStatistics
 from archsim.engine.replay import replay
 from archsim.errors import UsageError
 from archsim.run.context import RunOutput, SystemContext
+from archsim.run.expert_parallel import EXPERT_PARALLEL_NOTE, expert_data_fabric
 from archsim.run.pipeline import stage_needs
 from archsim.run.remedies import system_changes
 from archsim.run.system_result import system_result, timeline
 from archsim.run.tensor_parallel import TENSOR_PARALLEL_NOTE
-from archsim.workloads.trace import Trace
+from archsim.spec.system import Algorithm
+from archsim.workloads.expert_parallel import is_expert_gradient
+from archsim.workloads.trace import CommGroup, Trace
 from archsim.workloads.transforms import compute_only, with_gradient_all_reduces
 from archsim.workloads.zero import with_zero, zero_memory
 
@@ -52,7 +55,7 @@ def data_parallel(context: SystemContext, trace: Trace) -> RunOutput:
         context.comm,
         context.issue_s,
         context.observers(statistics),
-        own_plans(context, trace, step),
+        own_plans(context, trace, step) | expert_data_plans(context, step),
     )
     entries = [(op, t, 0) for op, t in zip(compute.ops, outcome.timings, strict=True)]
     result = system_result(
@@ -77,22 +80,59 @@ def single_step(context: SystemContext, single_end: float, computes: bool) -> fl
     """One chip's step time for the same batch (the reference of scaling), or why there is none."""
     if context.placement.tensor_parallel > 1:
         return TENSOR_PARALLEL_NOTE
+    if context.options.trace.expert_parallel > 1:
+        return EXPERT_PARALLEL_NOTE
     return single_end + context.step_overhead_s if computes else "the trace has no compute op to run on one chip"
 
 
 def with_communication(context: SystemContext, trace: Trace) -> Trace:
-    """The trace one replica runs, with its communication ops.
+    """The trace one replica runs, with its communication ops (:func:`replica_communication`)."""
+    options = context.options
+    return replica_communication(
+        trace,
+        context.placement.data_parallel,
+        options.zero,
+        options.trace.expert_parallel,
+        context.comm.bucket_bytes,
+        context.comm.overlap,
+    )
+
+
+def replica_communication(trace: Trace, width: int, zero: int, ep: int, bucket_bytes: int, overlap: bool) -> Trace:
+    """``trace`` with what one of ``width`` data-parallel replicas communicates.
 
     A trace that brings its own (a Chakra ET) runs as it is; otherwise every replica all-reduces its
     gradient buckets over the data-parallel group (:func:`~archsim.workloads.transforms.with_gradient_all_reduces`),
-    or communicates as its ZeRO stage says (:func:`~archsim.workloads.zero.with_zero`).
+    or communicates as its ZeRO stage says (:func:`~archsim.workloads.zero.with_zero`); with ``ep``-way
+    expert parallelism the experts' gradients go over the ``width / ep`` replicas that hold the same
+    experts (none when ``ep == width``).
     """
-    width = context.placement.data_parallel
     if trace.has_link_comm or width == 1:
         return trace
-    if context.options.zero:
-        return with_zero(trace, context.options.zero, width, context.comm.bucket_bytes, context.comm.overlap)
-    return with_gradient_all_reduces(trace, context.comm.bucket_bytes, context.comm.overlap)
+    if zero:
+        return with_zero(trace, zero, width, bucket_bytes, overlap)
+    if ep == 1:
+        return with_gradient_all_reduces(trace, bucket_bytes, overlap)
+    step = with_gradient_all_reduces(trace, bucket_bytes, overlap, keep=lambda name: not is_expert_gradient(name))
+    if width == ep:
+        return step
+    return with_gradient_all_reduces(step, bucket_bytes, overlap, is_expert_gradient, CommGroup.EXPERT_DATA_PARALLEL)
+
+
+def expert_data_plans(context: SystemContext, step: Trace) -> dict[int, CommPlan]:
+    """How the expert gradients' all-reduces run: as the step's buckets, on the replicas holding the same experts."""
+    group = CommGroup.EXPERT_DATA_PARALLEL
+    ops = [i for i, op in enumerate(step.ops) if op.comm is not None and op.comm.group is group]
+    if not ops:
+        return {}
+    placement = context.placement
+    unit = placement.tensor_parallel * placement.stages
+    fabric = expert_data_fabric(context.fabric, unit, context.options.trace.expert_parallel)
+    algorithm = context.comm.algorithm
+    if algorithm is Algorithm.TORUS and not any(tier.torus for tier in fabric.tiers):
+        algorithm = Algorithm.RING  # the group keeps no torus dimension
+    plan = CommPlan(fabric, algorithm, context.comm.chunk_bytes, context.comm.launch_s)
+    return dict.fromkeys(ops, plan)
 
 
 def zero_needs(zero: int, width: int) -> Callable[[Trace], list[memory_fit.Need]]:

@@ -8,6 +8,7 @@ activations, gradients and all-reduces between chips in the engine
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from archsim import memory_fit
@@ -16,10 +17,13 @@ from archsim.engine.records import Block, BlockKind, LinkStatistics
 from archsim.engine.replay import OpTiming, replay
 from archsim.errors import UsageError
 from archsim.models.base import OpCost
+from archsim.models.placement import Placement, place
 from archsim.run.context import RunOutput, SystemContext
+from archsim.run.expert_parallel import EXPERT_PARALLEL_NOTE, expert_data_fabric
 from archsim.run.remedies import system_changes
 from archsim.run.system_result import system_result, timeline
 from archsim.run.tensor_parallel import TENSOR_PARALLEL_NOTE
+from archsim.workloads.expert_parallel import is_expert_gradient
 from archsim.workloads.memory import memory_per_chip, resident_bytes
 from archsim.workloads.pipeline import Stage, split_stages, stage_memory_bytes, sub_trace
 from archsim.workloads.trace import Mode, Op, Phase, Trace
@@ -54,6 +58,7 @@ def pipelined(context: SystemContext, trace: Trace, microbatches: int) -> RunOut
     work: list[StageWork] = []
     blocks: list[tuple[list[OpTiming], list[OpTiming], OpCost | None]] = []
     issue_s = context.issue_s
+    expert_width, expert_placement = expert_group(context)
     fullest = max(range(chips), key=lambda d: needs[d].bytes)
     memory = memory_per_chip(trace).scaled(shares[fullest], needs[fullest].bytes)
     for stage, _ in staged:
@@ -63,14 +68,19 @@ def pipelined(context: SystemContext, trace: Trace, microbatches: int) -> RunOut
         backward = replay(sub_trace(trace, stage.backward, f"{trace.name}.s{stage.index}.bwd"), model, issue_s)
         update = model.cost(stage.update) if train and stage.update is not None else None
         work.append(
-            _stage_work(trace, stage, forward, backward, update, context.comm.bucket_bytes, send_share(context))
+            _stage_work(
+                trace, stage, forward, backward, update, context.comm.bucket_bytes, send_share(context), expert_width
+            )
         )
         blocks.append((forward, backward, update))
     options = context.options
     placement, comm = context.placement, context.comm
     statistics = LinkStatistics()
     observers = context.observers(statistics)
-    outcome = pipeline_step(work, placement, options.schedule, microbatches, train, comm, observers, chunks=chunks)
+    outcome = pipeline_step(
+        work, placement, options.schedule, microbatches, train, comm, observers, chunks=chunks,
+        expert_placement=expert_placement,
+    )  # fmt: skip
     free = pipeline_step(work, placement, options.schedule, microbatches, train, comm, communicate=False, chunks=chunks)
     entries, stage_spans = _pipeline_entries(trace, stages, blocks, outcome.tasks)
     chip_spans = [
@@ -151,6 +161,8 @@ def single_chip_step(context: SystemContext, trace: Trace, microbatches: int) ->
     """
     if context.placement.tensor_parallel > 1:
         return TENSOR_PARALLEL_NOTE
+    if context.options.trace.expert_parallel > 1:
+        return EXPERT_PARALLEL_NOTE
     unheld = memory_fit.one_chip_cannot_hold(context.chip, trace)
     if unheld is not None:
         return unheld
@@ -173,6 +185,20 @@ def send_share(context: SystemContext) -> int:
     return 1 if options.sequence_parallel else options.tensor_parallel
 
 
+def expert_group(context: SystemContext) -> tuple[int, Placement | None]:
+    """The replicas that hold the same experts: their number (0: no expert parallelism) and placement."""
+    ep = context.options.trace.expert_parallel
+    if ep == 1:
+        return 0, None
+    placement = context.placement
+    width = placement.data_parallel // ep
+    if width == 1:
+        return 1, None
+    t = placement.tensor_parallel
+    fabric = expert_data_fabric(context.fabric, t * placement.stages, ep)
+    return width, place(fabric, placement.stages, context.source, t)
+
+
 def _stage_work(
     trace: Trace,
     stage: Stage,
@@ -181,18 +207,28 @@ def _stage_work(
     update: OpCost | None,
     bucket_bytes: int,
     share: int = 1,
+    expert_width: int = 0,
 ) -> StageWork:
-    """A stage's block durations, and its gradient buckets with their times within the backward block."""
+    """A stage's block durations, and its gradient buckets with their times within the backward block.
+
+    ``expert_width`` above 0: the replicas that hold the same experts (expert parallelism); the
+    experts' gradients go in buckets of their own, none when no other replica holds them (1).
+    """
     backward_ops = [trace.ops[i] for i in stage.backward]
-    buckets = tuple(
-        (b.bytes, max(backward[w].end_s for w in b.writers)) for b in gradient_buckets(backward_ops, bucket_bytes)
-    )
+
+    def buckets_of(keep: Callable[[str], bool] | None) -> tuple[tuple[int, float], ...]:
+        packed = gradient_buckets(backward_ops, bucket_bytes, keep)
+        return tuple((b.bytes, max(backward[w].end_s for w in b.writers)) for b in packed)
+
+    buckets = buckets_of(None if expert_width == 0 else lambda name: not is_expert_gradient(name))
+    experts = buckets_of(is_expert_gradient) if expert_width > 1 else ()
     return StageWork(
         forward_s=max((t.end_s for t in forward), default=0.0),
         backward_s=max((t.end_s for t in backward), default=0.0),
         update_s=update.time_s if update is not None else 0.0,
         send_bytes=stage.send_bytes // share,
         buckets=buckets,
+        expert_buckets=experts,
     )
 
 

@@ -31,6 +31,8 @@ def zero_changes(context: SystemContext, trace: Trace) -> list[Change]:
     width, zero = context.placement.data_parallel, context.options.zero
     if trace.mode is not Mode.TRAIN or width == 1 or context.options.pipeline_stages != 1:
         return []
+    if context.options.trace.expert_parallel != 1:  # not modelled with expert parallelism (refused)
+        return []
 
     def fits_at(stage: int) -> bool:
         memory = zero_memory(trace, stage, width)
@@ -60,6 +62,9 @@ def pipeline_changes(context: SystemContext, trace: Trace, stage_needs: StageNee
         try:
             placement = place(context.fabric, stages, context.source)
         except UsageError:
+            continue
+        replicas = context.fabric.num_chips // (stages * context.placement.tensor_parallel)
+        if replicas % context.options.trace.expert_parallel:  # the experts' group would not tile the replicas
             continue
         options = replace(context.options, pipeline_stages=stages)
         staged = replace(context, options=options, placement=placement)

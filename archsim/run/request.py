@@ -108,6 +108,8 @@ class Layout:
       ``sequence_parallel``: with it, norms and residual adds on ``1/T`` of the tokens.
     * ``interleave``: model chunks per pipeline stage (interleaved 1F1B; 1: plain).
     * ``zero``: the ZeRO stage of a data-parallel training run (0: none; :mod:`archsim.workloads.zero`).
+    * ``expert_parallel``: chips of the data-parallel group that share a mixture of experts' experts
+      (must divide the data-parallel width; :mod:`archsim.workloads.expert_parallel`).
     """
 
     nodes: int | None = None
@@ -131,6 +133,8 @@ class Layout:
     """Model chunks per pipeline stage (interleaved 1F1B, Narayanan et al. 2021)."""
     zero: int = 0
     """ZeRO stage 0..3: what the data-parallel group shards (0: nothing, plain data parallelism)."""
+    expert_parallel: int = 1
+    """Chips of the data-parallel group that share the experts (DeepSpeed-MoE expert parallelism)."""
 
     @property
     def spreads(self) -> bool:
@@ -140,6 +144,7 @@ class Layout:
             or self.pipeline_stages != 1
             or self.microbatches is not None
             or self.tensor_parallel != 1
+            or self.expert_parallel != 1
         )
 
     def spreading_flag(self) -> str:
@@ -148,6 +153,8 @@ class Layout:
             return "--nodes"
         if self.tensor_parallel != 1:
             return "--tensor-parallel"
+        if self.expert_parallel != 1:
+            return "--expert-parallel"
         return "--pipeline-stages" if self.pipeline_stages != 1 else "--microbatches"
 
     @classmethod
@@ -164,6 +171,7 @@ class Layout:
         sequence_parallel: bool = False,
         interleave: int = 1,
         zero: int = 0,
+        expert_parallel: int = 1,
     ) -> Layout:
         """A checked layout; ``collective`` ``auto`` is the system's default, as None is."""
         counts = (
@@ -182,6 +190,7 @@ class Layout:
         if nodes is not None and nodes > MAX_NODES:
             raise LimitError("", "--nodes", f"must be at most {MAX_NODES}")
         check_count(tensor_parallel, "--tensor-parallel")
+        check_count(expert_parallel, "--expert-parallel")
         if not isinstance(sequence_parallel, bool):
             raise UsageError("", "--sequence-parallel", f"must be true or false, got {sequence_parallel!r}")
         if sequence_parallel and tensor_parallel == 1:
@@ -205,6 +214,7 @@ class Layout:
             sequence_parallel=sequence_parallel,
             interleave=interleave,
             zero=zero,
+            expert_parallel=expert_parallel,
         )
 
 
@@ -275,6 +285,7 @@ class RunRequest:
         sequence_parallel: bool = False,
         interleave: int = 1,
         zero: int = 0,
+        expert_parallel: int = 1,
     ) -> RunRequest:
         """A checked request; strings become their enums (``mode="train"``).
 
@@ -308,6 +319,7 @@ class RunRequest:
             sequence_parallel,
             interleave,
             zero,
+            expert_parallel,
         )
         return cls(
             target=target,

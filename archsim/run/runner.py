@@ -118,7 +118,10 @@ def build(request: RunRequest, library: Library) -> BuiltRun:
     stack = planned_software(library, chip, request.software, request.workload)
     trace_options = stack_options(stack, request.mode, precision, request.fusion, request.recompute, request.gen_len)
     trace_options = replace(
-        trace_options, tensor_parallel=layout.tensor_parallel, sequence_parallel=layout.sequence_parallel
+        trace_options,
+        tensor_parallel=layout.tensor_parallel,
+        sequence_parallel=layout.sequence_parallel,
+        expert_parallel=layout.expert_parallel,
     )
     named = stack if request.software is not None else None
     options = SystemOptions.of(layout, trace_options, request.streaming, named)
@@ -126,7 +129,8 @@ def build(request: RunRequest, library: Library) -> BuiltRun:
         from archsim.models.placement import place  # the multi-chip modules: not loaded for one chip
 
         fabric = fabric_for(target.system, library, options.nodes, target.source)
-        place(fabric, layout.pipeline_stages, target.source, layout.tensor_parallel)
+        placement = place(fabric, layout.pipeline_stages, target.source, layout.tensor_parallel)
+        check_expert_parallel(layout.expert_parallel, placement.data_parallel, target.source)
     seq_len = request.trace_seq_len
     rebuild = rebuilder(request.workload, library, request.mode, precision, seq_len, trace_options)
     microbatches: int | None = None
@@ -168,12 +172,23 @@ def check_zero(request: RunRequest, target: Target) -> None:
     if target.system is None:
         problem = "ZeRO shards training state over data-parallel chips: needs a multi-chip system, not a chip"
         raise UsageError(request.target, "--zero", problem)
+    if layout.expert_parallel != 1:
+        problem = "ZeRO with expert parallelism (expert state sharded over DP / E) is not modelled yet: use --zero 0"
+        raise UsageError(request.target, "--zero", problem)
     if request.mode is not Mode.TRAIN:
         raise UsageError(request.target, "--zero", "ZeRO shards gradients and optimizer state: --mode train only")
     if layout.pipeline_stages != 1 or layout.microbatches not in (None, 1):
         flag = "--pipeline-stages" if layout.pipeline_stages != 1 else "--microbatches"
         problem = f"ZeRO is modelled for data-parallel steps of one micro-batch: leave out {flag} or use --zero 0"
         raise UsageError(request.target, "--zero", problem)
+
+
+def check_expert_parallel(expert_parallel: int, data_parallel: int, source: str) -> None:
+    """Refuse (one line) an expert-parallel group that does not tile the data-parallel replicas."""
+    if data_parallel % expert_parallel:
+        fits = ", ".join(str(x) for x in range(1, data_parallel + 1) if data_parallel % x == 0)
+        problem = f"{expert_parallel} chips must divide the {data_parallel} data-parallel replicas; {fits} would"
+        raise UsageError(source, "--expert-parallel", problem)
 
 
 def replay_built(

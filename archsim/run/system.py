@@ -28,6 +28,7 @@ from archsim.models.placement import place
 from archsim.run.chip import finished
 from archsim.run.context import RunOutput, SystemContext, SystemOptions
 from archsim.run.data_parallel import data_parallel
+from archsim.run.expert_parallel import expert_fabric
 from archsim.run.pipeline import pipelined
 from archsim.run.target import Target, fabric_for
 from archsim.run.tensor_parallel import GroupCalls, group_fabric
@@ -83,6 +84,12 @@ def replay_on_system(
     if tp > 1:  # the group's calls see the links as they are, before any protocol (as archsim collective)
         spec = library.collective_library(named) if named is not None else library.system_collective_library(system)
         calls = GroupCalls(group_fabric(fabric_for(system, library, options.nodes, source), tp), spec, source)
+    expert_calls = None
+    if options.trace.expert_parallel > 1:  # E replicas' chips of one stage and rank, T x P apart
+        spec = library.collective_library(named) if named is not None else library.system_collective_library(system)
+        bare = fabric_for(system, library, options.nodes, source)
+        group = expert_fabric(bare, tp * options.pipeline_stages, options.trace.expert_parallel)
+        expert_calls = GroupCalls(group, spec, source)
     context = SystemContext(
         system,
         source,
@@ -98,6 +105,7 @@ def replay_on_system(
         stack,
         plans,
         calls,
+        expert_calls,
     )
     run = data_parallel(context, trace) if microbatches is None else pipelined(context, trace, microbatches)
     return RunOutput(finished(run.result, chip, library, trace), run.timeline)

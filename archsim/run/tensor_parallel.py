@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from archsim.models.base import Bound, CostModel, OpCost, Unit
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Precision
-from archsim.workloads.trace import Op
+from archsim.workloads.trace import CommGroup, Op
 
 if TYPE_CHECKING:  # the multi-chip modules: a one-chip run never loads them
     from archsim.models.interconnect import Fabric
@@ -64,7 +64,10 @@ class StreamCommModel:
     """A chip's cost model that also prices in-stream collectives (the rest it hands to ``inner``)."""
 
     inner: CostModel
-    calls: GroupCalls
+    calls: GroupCalls | None
+    """The tensor-parallel group's calls (None: no tensor parallelism)."""
+    expert_calls: GroupCalls | None = None
+    """The expert-parallel group's calls (None: no expert parallelism)."""
     chip: ChipSpec = field(init=False)
     """The inner model's chip."""
     precision: Precision = field(init=False)
@@ -84,7 +87,9 @@ class StreamCommModel:
         comm = op.comm
         if comm is None or not comm.in_stream:
             return self.inner.cost(op)
-        seconds = self.calls.time_s(comm.kind.value, comm.bytes)
+        calls = self.expert_calls if comm.group is CommGroup.EXPERT_PARALLEL else self.calls
+        assert calls is not None, f"{op.name}: a group to call on"
+        seconds = calls.time_s(comm.kind.value, comm.bytes)
         return OpCost(
             time_s=seconds,
             compute_s=0.0,

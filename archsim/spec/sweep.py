@@ -71,6 +71,7 @@ RUN_SETTINGS = (
     "sequence_parallel",
     "interleave",
     "zero",
+    "expert_parallel",
 )
 MAX_AXIS_VALUES = 100_000
 """Values one axis may take (a range that would produce more is refused)."""
@@ -121,6 +122,8 @@ class RunSettings(Spec):
     """Model chunks per pipeline stage (interleaved 1F1B)."""
     zero: Literal[0, 1, 2, 3] = 0
     """ZeRO stage of a data-parallel training run (0: none)."""
+    expert_parallel: Count = 1
+    """Chips of the data-parallel group that share a mixture of experts' experts."""
 
 
 class WorkloadEntry(Spec):

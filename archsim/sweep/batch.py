@@ -69,6 +69,8 @@ def batch_reason(spec: SweepSpec, library: Library) -> str | None:
         return "a text-generation run"
     if settings.zero:
         return "settings.zero is set"
+    if settings.expert_parallel != 1:
+        return "settings.expert_parallel is set"
     if settings.tensor_parallel != 1 or settings.sequence_parallel or settings.interleave != 1:
         return "a tensor-parallel or interleaved run"
     for path in spec.axis_paths:

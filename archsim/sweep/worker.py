@@ -90,6 +90,7 @@ RESULT_COLUMNS = (
     "max_batch",
     "tensor_parallel",
     "sequence_parallel",
+    "expert_parallel",
     "mfu",
 )
 """The scalar fields of :class:`~archsim.results.records.RunResult`; ``normalized`` is flattened to

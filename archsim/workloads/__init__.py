@@ -34,6 +34,7 @@ from archsim.workloads.bert import bert_graph
 from archsim.workloads.chakra import is_chakra, read_chakra
 from archsim.workloads.conv import conv_graph, is_conv
 from archsim.workloads.decoder import DEFAULT_GEN_LEN, DEFAULT_PROMPT_LEN, decoder_graph, matrix_flops, step_shape
+from archsim.workloads.expert_parallel import with_expert_parallel
 from archsim.workloads.gemm import gemm_graph, is_gemm
 from archsim.workloads.graph import ForwardGraph
 from archsim.workloads.memory import finish_trace
@@ -90,10 +91,14 @@ def _model_trace(
         raise UsageError(source, "--gen-len", "sets the tokens a decode run generates: --mode decode only")
     if options.tensor_parallel > 1 and spec.decoder is None:
         raise UsageError(source, "--tensor-parallel", f"splits decoder language models only, not {spec.name}")
+    if options.expert_parallel > 1 and (spec.decoder is None or spec.decoder.moe is None):
+        problem = f"shards a mixture of experts' experts: {spec.name} is dense (a model with a moe section would do)"
+        raise UsageError(source, "--expert-parallel", problem)
     if spec.architecture is Architecture.DECODER and spec.decoder is not None:
         seq_len, graph, meta = _decoder_graph(spec, source, mode, batch, precision, seq_len, options, meta)
         trace = finish_trace(replace(graph, meta=meta), mode, batch, seq_len, spec.optimizer, options)
-        return with_tensor_parallel(trace, _shard_comm(spec.decoder, mode, batch, trace, options))
+        trace = with_tensor_parallel(trace, _shard_comm(spec.decoder, mode, batch, trace, options))
+        return with_expert_parallel(trace, options.expert_parallel)
     if spec.architecture is Architecture.BERT and spec.bert is not None:
         limit = spec.bert.max_position
         if seq_len is None:
@@ -145,9 +150,10 @@ def _decoder_graph(
             source, "--sequence-parallel", "splits a tensor-parallel group's tokens: needs --tensor-parallel"
         )
     try:
-        graph = decoder_graph(spec, mode, batch, seq_len, precision, generated, tp, sp)
+        graph = decoder_graph(spec, mode, batch, seq_len, precision, generated, tp, sp, options.expert_parallel)
     except ValueError as error:
         flag = "--sequence-parallel" if "sequence" in str(error) else "--tensor-parallel"
+        flag = "--expert-parallel" if "experts" in str(error) else flag
         raise UsageError(source, flag, str(error)) from None
     meta["model_flops"] = str(matrix_flops(spec.decoder, mode, batch, *step_shape(mode, seq_len, generated)))
     if mode.is_generation:
@@ -252,6 +258,8 @@ def _build(
         raise UsageError(workload, flag, "prefill and decode generate text: decoder language models only")
     if options.tensor_parallel > 1 and any(inline(workload) for inline in (is_gemm, is_conv, is_onnx, is_chakra)):
         raise UsageError(workload, "--tensor-parallel", "splits decoder language models only (a model description)")
+    if options.expert_parallel > 1 and any(inline(workload) for inline in (is_gemm, is_conv, is_onnx, is_chakra)):
+        raise UsageError(workload, "--expert-parallel", "shards a mixture of experts (a model description) only")
     if is_gemm(workload):
         if batch not in (None, 1):
             raise UsageError(
@@ -308,6 +316,8 @@ def _built_already(source: str, options: TraceOptions) -> None:
         raise UsageError(source, "--gen-len", "a trace file is already built for its generation length")
     if options.tensor_parallel > 1:
         raise UsageError(source, "--tensor-parallel", "splits decoder language models only (a model description)")
+    if options.expert_parallel > 1:
+        raise UsageError(source, "--expert-parallel", "shards a mixture of experts (a model description) only")
 
 
 def microbatch_trace(

@@ -54,8 +54,7 @@ from archsim.spec.library import Library
 from archsim.workloads.chakra_format import chakra_bytes
 from archsim.workloads.pipeline import Stage, stage_memory_bytes, stages_of_ops
 from archsim.workloads.trace import CommGroup, CommKind, Mode, Op, Phase, Trace
-from archsim.workloads.transforms import comm_op, gradient_buckets, with_gradient_all_reduces
-from archsim.workloads.zero import with_zero
+from archsim.workloads.transforms import comm_op, gradient_buckets
 
 MAX_RANK_FILES = 4096
 """Most files one export writes (``all_ranks`` on a larger system is refused)."""
@@ -151,16 +150,19 @@ def rank_traces(request: Any, library: Library, *, all_ranks: bool = False) -> l
     )
     if options.interleave > 1:
         raise UsageError(request.target, "--interleave", "an interleaved pipeline's ranks are not exported yet")
+    if built.microbatches is not None and options.trace.expert_parallel > 1:
+        problem = "a pipelined or accumulated expert-parallel step's ranks are not exported yet"
+        raise UsageError(request.target, "--expert-parallel", problem)
     count = step.chips if all_ranks else step.stages
     ranks = list(range(count)) if all_ranks else [step.rank(0, s, 0) for s in range(step.stages)]
     if count > MAX_RANK_FILES:
         raise UsageError(request.target, "--all-ranks", f"{count} files: at most {MAX_RANK_FILES}")
     trace = built.trace
     if built.microbatches is None:
-        if step.replicas > 1 and not trace.has_link_comm and options.zero:
-            trace = with_zero(trace, options.zero, step.replicas, options.bucket_bytes, options.overlap)
-        elif step.replicas > 1 and not trace.has_link_comm:
-            trace = with_gradient_all_reduces(trace, options.bucket_bytes, options.overlap)
+        from archsim.run.data_parallel import replica_communication  # the run's own, as it communicates
+
+        ep = options.trace.expert_parallel
+        trace = replica_communication(trace, step.replicas, options.zero, ep, options.bucket_bytes, options.overlap)
         durations = _durations(trace, result.layers)
         return [_flat(rank, trace, durations, step) for rank in ranks]
     stages, op_s, update_s = _stages(built.trace, result, step.stages)

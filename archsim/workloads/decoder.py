@@ -44,6 +44,16 @@ local heads, the output projection reads ``A d / T`` inputs, the feed-forward (e
 parallel). Norms, residual adds and dropouts run on every token, or on ``1/T`` of them with sequence
 parallelism (Korthikanti et al. 2022). The collectives between the shards are added by
 :mod:`archsim.workloads.tensor_parallel`.
+
+With expert parallelism of degree ``X`` (DeepSpeed-MoE, Rajbhandari et al. 2022; Megatron-LM's
+``--expert-model-parallel-size``) the ``E`` experts are sharded over ``X`` chips of the
+data-parallel group: a chip holds ``E/X`` experts' weights and its experts' FFNs run on the tokens
+routed to them from all ``X`` chips. Under balanced routing each expert receives the same
+``ceil(B q k / E)`` tokens (times the capacity factor) from every chip, so a chip's ``E/X`` local
+experts process ``X`` times that many rows each: the per-chip buffers are exactly as large as
+without expert parallelism (``E x rows x h``), the FFN work per chip is unchanged and only the
+expert weights shrink by ``X``. The all-to-alls that move the buffers are added by
+:mod:`archsim.workloads.expert_parallel`.
 """
 
 from __future__ import annotations
@@ -53,6 +63,7 @@ from fractions import Fraction
 
 from archsim.spec.common import Precision
 from archsim.spec.model import Activation, DecoderSection, ModelSpec, Norm, Positions
+from archsim.workloads.expert_parallel import expert_parallel_problem
 from archsim.workloads.graph import INT_BYTES, STAT_BYTES, BackwardRule, ForwardGraph, GraphBuilder
 from archsim.workloads.trace import Gemm, Mode, OpKind, TensorAccess
 
@@ -145,8 +156,11 @@ class _Decoder:
         p: Precision,
         tensor_parallel: int = 1,
         sequence_parallel: bool = False,
+        expert_parallel: int = 1,
     ) -> None:
         self.g = GraphBuilder(spec.name, p)
+        self.expert_parallel = expert_parallel
+        """Chips the experts are sharded over (this chip holds ``E / expert_parallel`` of them)."""
         self.cfg = cfg
         self.mode = mode
         self.train = mode is Mode.TRAIN
@@ -290,7 +304,9 @@ class _Decoder:
         rows = expert_tokens(cfg, tokens)
         buffers = g.act(f"{prefix}.dispatch.out", experts * rows * h)
         g.elementwise(f"{prefix}.dispatch", "gather", (x, index), buffers, experts * rows * h, saved=(index.name,))
-        out = self.ffn(f"{prefix}.experts", buffers, rows, experts)
+        # expert parallel: E/X local experts, each on the rows routed to it from all X chips (same buffers)
+        x_ep = self.expert_parallel
+        out = self.ffn(f"{prefix}.experts", buffers, rows * x_ep, experts // x_ep)
         combined = g.act(f"{prefix}.combine.out", tokens * h)
         g.elementwise(
             f"{prefix}.combine", "combine", (out, gates), combined, tokens * top_k * h, saved=(out.name, gates.name)
@@ -340,13 +356,15 @@ def decoder_graph(
     gen_len: int = 0,
     tensor_parallel: int = 1,
     sequence_parallel: bool = False,
+    expert_parallel: int = 1,
 ) -> ForwardGraph:
     """The forward graph of the decoder ``spec``: ``batch`` sequences of ``seq_len`` tokens.
 
     In ``prefill`` and ``decode`` modes ``seq_len`` is the prompt length; ``decode`` is one step of a
     generation of ``gen_len`` tokens at its mean context (see the module docstring). With
     ``tensor_parallel`` above 1, one chip's shard (ValueError when the model does not split so, or
-    when sequence parallelism's tokens do not).
+    when sequence parallelism's tokens do not). With ``expert_parallel`` above 1, the chip holds
+    ``1/expert_parallel`` of the experts (ValueError for a dense model or experts that do not split).
     """
     cfg = spec.decoder
     if cfg is None:
@@ -357,6 +375,9 @@ def decoder_graph(
     if problem is not None:
         fits = [t for t in range(1, cfg.heads + 1) if tensor_parallel_problem(cfg, t) is None]
         raise ValueError(f"{problem}; {', '.join(map(str, fits))} would")
+    problem = expert_parallel_problem(cfg, expert_parallel)
+    if problem is not None:
+        raise ValueError(problem)
     shape = step_shape(mode, seq_len, gen_len)
     tokens = batch * shape[0]
     if sequence_parallel and tokens % tensor_parallel:
@@ -367,5 +388,5 @@ def decoder_graph(
         cache = batch * (seq_len + gen_len) * per_token
     else:
         cache = batch * seq_len * per_token if mode is Mode.PREFILL else 0
-    decoder = _Decoder(spec, cfg, mode, batch, shape, precision, tensor_parallel, sequence_parallel)
+    decoder = _Decoder(spec, cfg, mode, batch, shape, precision, tensor_parallel, sequence_parallel, expert_parallel)
     return decoder.build(cache)

@@ -62,6 +62,9 @@ class TraceOptions:
     sequence_parallel: bool = field(default=False, kw_only=True)
     """With tensor parallelism, norms, dropouts and residual adds run on ``1/T`` of the tokens and
     each all-reduce is a reduce-scatter plus an all-gather (Korthikanti et al. 2022)."""
+    expert_parallel: int = field(default=1, kw_only=True)
+    """Chips of the data-parallel group that share a mixture of experts' experts
+    (:mod:`archsim.workloads.expert_parallel`); the trace is one of them."""
 
     @property
     def is_default(self) -> bool:

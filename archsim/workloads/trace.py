@@ -93,13 +93,19 @@ class CommGroup(enum.StrEnum):
     ``data-parallel``: the chips that hold replicas of the same stage (all of them without pipelining);
     ``all``: every chip of the system; ``peer``: one neighbour over the innermost tier (send, receive);
     ``tensor-parallel``: the ``T`` consecutive chips of the innermost tier that split each layer of a
-    decoder model between them (:mod:`archsim.workloads.tensor_parallel`).
+    decoder model between them (:mod:`archsim.workloads.tensor_parallel`); ``expert-parallel``: the
+    ``E`` chips of the data-parallel group (same stage and tensor-parallel rank) that share a mixture
+    of experts' experts between them (:mod:`archsim.workloads.expert_parallel`); ``expert-data-parallel``:
+    the data-parallel replicas that hold the same experts (``1/E`` of the data-parallel group), over
+    which the expert weights' gradients are all-reduced.
     """
 
     DATA_PARALLEL = "data-parallel"
     ALL = "all"
     PEER = "peer"
     TENSOR_PARALLEL = "tensor-parallel"
+    EXPERT_PARALLEL = "expert-parallel"
+    EXPERT_DATA_PARALLEL = "expert-data-parallel"
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,13 +122,15 @@ class CommOp:
 
     @property
     def in_stream(self) -> bool:
-        """True for a collective that runs in order with the chip's compute, blocking it (tensor parallel).
+        """True for a collective that runs in order with the chip's compute, blocking it (tensor, expert parallel).
 
         Megatron-LM does not overlap its tensor-parallel collectives with compute: each is priced as
         an op of the chip's stream (:mod:`archsim.run.tensor_parallel`); the others run on the
-        system's communication stream, beside the compute (:mod:`archsim.engine.parallel`).
+        system's communication stream, beside the compute (:mod:`archsim.engine.parallel`). An expert
+        layer waits for its all-to-alls the same way (DeepSpeed-MoE and Megatron-LM run them between
+        the router and the experts).
         """
-        return self.group is CommGroup.TENSOR_PARALLEL
+        return self.group in (CommGroup.TENSOR_PARALLEL, CommGroup.EXPERT_PARALLEL)
 
 
 class Phase(enum.StrEnum):

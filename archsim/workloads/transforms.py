@@ -20,7 +20,7 @@ dependencies (the same step on one chip, with nothing to say to anyone).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from archsim.workloads.trace import CommGroup, CommKind, CommOp, Op, OpKind, Phase, Role, Trace
@@ -37,13 +37,16 @@ class Bucket:
     writers: tuple[int, ...]
 
 
-def gradient_buckets(ops: Sequence[Op], bucket_bytes: int) -> list[Bucket]:
-    """Gradients in the order their last writer appears, packed into buckets of ``bucket_bytes``."""
+def gradient_buckets(ops: Sequence[Op], bucket_bytes: int, keep: Callable[[str], bool] | None = None) -> list[Bucket]:
+    """Gradients in the order their last writer appears, packed into buckets of ``bucket_bytes``.
+
+    ``keep`` (None: every gradient) picks the gradients by name.
+    """
     last_writer: dict[str, int] = {}
     size: dict[str, int] = {}
     for index, op in enumerate(ops):
         for t in op.writes:
-            if t.role is Role.GRADIENT:
+            if t.role is Role.GRADIENT and (keep is None or keep(t.name)):
                 last_writer[t.name] = index
                 size[t.name] = t.bytes
     buckets: list[Bucket] = []
@@ -66,13 +69,23 @@ def comm_op(
     return Op(name, OpKind.COMM, phase, 0, (), (), deps, comm=CommOp(kind, nbytes, group))
 
 
-def with_gradient_all_reduces(trace: Trace, bucket_bytes: int = DEFAULT_BUCKET_BYTES, overlap: bool = True) -> Trace:
+def with_gradient_all_reduces(
+    trace: Trace,
+    bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+    overlap: bool = True,
+    keep: Callable[[str], bool] | None = None,
+    group: CommGroup = CommGroup.DATA_PARALLEL,
+) -> Trace:
     """``trace`` with an all-reduce of every gradient bucket over the data-parallel group (see the module).
 
     The all-reduces are named ``all-reduce bK`` (bucket ``K``, in the order the backward pass closes
-    them). A trace without parameter gradients (inference) comes back unchanged.
+    them). A trace without parameter gradients (inference) comes back unchanged. ``keep`` picks the
+    gradients by name (None: all) and ``group`` is the chips they are all-reduced over (the expert
+    weights' over the replicas that hold the same experts: :mod:`archsim.workloads.expert_parallel`),
+    whose buckets are named ``GROUP all-reduce bK``.
     """
-    buckets = gradient_buckets(trace.ops, bucket_bytes)
+    buckets = gradient_buckets(trace.ops, bucket_bytes, keep)
+    label = "all-reduce" if group is CommGroup.DATA_PARALLEL else f"{group.value} all-reduce"
     if not buckets:
         return trace
     last = max(w for b in buckets for w in b.writers)
@@ -97,11 +110,11 @@ def with_gradient_all_reduces(trace: Trace, bucket_bytes: int = DEFAULT_BUCKET_B
             reduces.append(len(ops))
             ops.append(
                 comm_op(
-                    f"all-reduce b{pending}",
+                    f"{label} b{pending}",
                     CommKind.ALL_REDUCE,
                     bucket.bytes,
                     tuple(position[w] for w in writers),
-                    CommGroup.DATA_PARALLEL,
+                    group,
                     Phase.BACKWARD_WEIGHT,
                 )
             )
