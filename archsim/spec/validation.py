@@ -91,7 +91,9 @@ class Row(Spec):
     workload: str
     mode: Literal["train", "infer", "prefill", "decode", "generate"] | None = None
     """The run's mode; required except in ``busbw`` rows, which time one collective call."""
-    batch: Count | None = None
+    batch: Count | Literal["max"] | None = None
+    """The batch (per model replica); ``max`` in ``generate`` rows: the largest whose prefill and decode
+    steps fit with their KV cache, as a runtime that sizes its batch by free memory picks it."""
     seq_len: Count | None = None
     """The sequence length; the prompt's in ``prefill``, ``decode`` and ``generate`` rows."""
     gen_len: Count | None = None
@@ -141,6 +143,8 @@ class Row(Spec):
             raise ValueError("metric ttft is the metric of prefill rows")
         if self.gen_len is not None and self.mode not in ("decode", "generate"):
             raise ValueError("gen_len applies to decode and generate rows only")
+        if self.batch == "max" and self.mode != "generate":
+            raise ValueError("batch max applies to generate rows only")
         if (self.metric is Metric.OUTPUT_THROUGHPUT) != (self.mode == "generate"):
             raise ValueError("metric output_throughput is the metric of generate rows")
         if self.metric in (Metric.ACHIEVED_TFLOPS, Metric.MFU) and self.mode != "train":

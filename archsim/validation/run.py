@@ -16,7 +16,7 @@ from archsim.errors import SpecError
 from archsim.results.records import RunResult
 from archsim.run import generation
 from archsim.run.request import RunRequest
-from archsim.run.runner import BuiltRun, build, replay_built
+from archsim.run.runner import BuiltRun, build, largest_batch, replay_built
 from archsim.run.target import Target
 from archsim.spec.efficiency import Efficiency
 from archsim.spec.library import Library
@@ -161,7 +161,7 @@ def prepare(row: Row, library: Library) -> Prepared:
         row.target,
         row.workload,
         row.mode,
-        row.batch,
+        1 if row.batch == "max" else row.batch,
         row.precision,
         None if generating else row.seq_len,
         prompt_len=row.seq_len if generating else None,
@@ -179,7 +179,14 @@ def prepare(row: Row, library: Library) -> Prepared:
     )
     if request.mode is Mode.GENERATE:  # a prefill then decode steps, as archsim run combines them
         prefill = build(replace(request, mode=Mode.PREFILL, gen_len=None), library)
-        return Prepared(row, prefill.target, prefill, build(replace(request, mode=Mode.DECODE), library))
+        decode = build(replace(request, mode=Mode.DECODE), library)
+        if row.batch == "max":
+            batch = largest_batch(decode, prefill)
+            if batch is None:
+                raise SpecError(row.id, "batch", f"{row.workload} fixes its batch: batch max needs a model")
+            prefill = build(replace(prefill.request, batch=batch), library)
+            decode = build(replace(decode.request, batch=batch), library)
+        return Prepared(row, prefill.target, prefill, decode)
     built = build(request, library)
     return Prepared(row, built.target, built)
 

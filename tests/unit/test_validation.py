@@ -222,3 +222,18 @@ def test_training_rows_count_achieved_flops_with_recomputation_and_mfu_without(
     # the recomputed forward pass counts in achieved FLOPs and not in MFU's model FLOPs
     peak = library.chip("v100").peak_flops(Precision.FP16)
     assert mfu.predicted / 100 * peak < 0.9 * achieved.predicted * 1e12
+
+
+def test_batch_max_runs_the_largest_batch_the_kv_cache_allows(tmp_path: Path, library: Library) -> None:
+    row = {**GPT2, "id": "max", "mode": "generate", "batch": "max", "seq_len": 512, "gen_len": 512}
+    row |= {"metric": "output_throughput", "unit": "tok/s"}
+    (result,) = validate(library, str(table(tmp_path, [row]))).rows
+    options: dict[str, object] = {"mode": "generate", "prompt_len": 512, "gen_len": 512, "precision": "fp16"}
+    largest = simulate("v100", "gpt2", batch=1, library=library, **options).max_batch  # type: ignore[arg-type]
+    assert largest is not None and largest > 1
+    at_largest = simulate("v100", "gpt2", batch=largest, library=library, **options)  # type: ignore[arg-type]
+    assert result.predicted == pytest.approx(at_largest.output_tokens_per_s)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    with pytest.raises(SpecError, match="batch max applies to generate rows only"):
+        validate(library, str(table(bad, [{**ROW, "batch": "max"}])))
