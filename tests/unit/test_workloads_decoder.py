@@ -42,7 +42,7 @@ PUBLISHED_PARAMETERS = {
     "megatron-gpt-310.1b": 310.1e9,
     "megatron-gpt-529.6b": 529.6e9,
     "megatron-gpt-1t": 1008.0e9,
-    "gpt-j-6b": 6.053e9,  # huggingface.co/EleutherAI/gpt-j-6b model card (n_parameters 6,053,381,344)
+    "gptj-6b": 6.053e9,  # huggingface.co/EleutherAI/gpt-j-6b model card (n_parameters 6,053,381,344)
     "mixtral-8x7b": 46.7e9,  # Jiang et al. 2024, arXiv 2401.04088, Sec. 2 (47B; 46.7B in mistral.ai's release)
 }
 
