@@ -3,17 +3,20 @@
 Published measurements, each mapped to the archsim run that predicts it.
 
 A row names a target, a workload and its settings (those of the published run: batch, precision,
-sequence length -- the prompt's, for a ``prefill`` or ``decode`` run, with ``gen_len`` --, gradient
-accumulation as ``microbatches`` on a system, ``nodes``, ``pipeline_stages``, ``tensor_parallel``,
+sequence length -- the prompt's, for a ``prefill``, ``decode`` or ``generate`` run, with ``gen_len`` --, gradient
+accumulation as ``microbatches`` on a system, ``nodes``, ``pipeline_stages``, ``interleave``, ``tensor_parallel``,
 ``sequence_parallel`` and an IPU's ``streaming_memory`` as the CLI options of the same names, the
 ``software`` stack and, where the run departed from what that stack does, its ``fusion`` and
-``recompute``), which metric was measured (``throughput`` of the whole target in samples/s;
-``op_time``: the time of the op of ``phase`` in the run, in ms; ``op_rate``: that op's FLOPs over
-its time, in TFLOP/s; ``ttft``: a prefill run's time to first token, in ms; ``step_time``: the
-step's time, in s (a training iteration); ``busbw``: the bus bandwidth of one collective call of
+``recompute``), which metric was measured (``throughput`` of the whole target in samples/s; ``op_time``:
+the time of the op of ``phase`` in the run, in ms; ``op_rate``: that op's FLOPs over its time, in
+TFLOP/s; ``ttft``: a prefill run's time to first token, in ms; ``step_time``: the step's time, in s (a
+training iteration); ``output_throughput``: a ``generate`` run's output tokens per second, per chip
+(``tok/s/GPU``) or per model replica (``tok/s``); ``achieved_tflops``: a training step's executed FLOPs
+per chip per second, recomputation included (Megatron-LM's "achieved TFLOP/s"); ``mfu``: its model FLOPs
+utilization, recomputation excluded, in %; ``busbw``: the bus bandwidth of one collective call of
 ``bytes`` bytes, in GB/s as nccl-tests prints it, with ``workload`` the collective, ``software`` its
-collective library and no ``mode``: what ``archsim collective`` answers), the published value with
-its unit and source, and the group it belongs to (``operator``, ``single_chip``, ``multi_chip``).
+collective library and no ``mode``: what ``archsim collective`` answers), the published value with its
+unit and source, and the group it belongs to (``operator``, ``single_chip``, ``multi_chip``).
 The table states the error tolerance of each group.
 """
 
@@ -55,6 +58,9 @@ class Metric(enum.StrEnum):
     OP_RATE = "op_rate"
     TTFT = "ttft"
     STEP_TIME = "step_time"
+    OUTPUT_THROUGHPUT = "output_throughput"
+    ACHIEVED_TFLOPS = "achieved_tflops"
+    MFU = "mfu"
     BUSBW = "busbw"
 
     @property
@@ -69,6 +75,9 @@ UNITS = {
     Metric.OP_RATE: ("TFLOP/s",),
     Metric.TTFT: ("ms",),
     Metric.STEP_TIME: ("s",),
+    Metric.OUTPUT_THROUGHPUT: ("tok/s/GPU", "tok/s"),
+    Metric.ACHIEVED_TFLOPS: ("TFLOP/s/GPU",),
+    Metric.MFU: ("%",),
     Metric.BUSBW: ("GB/s",),
 }
 
@@ -80,13 +89,15 @@ class Row(Spec):
     group: Group
     target: str
     workload: str
-    mode: Literal["train", "infer", "prefill", "decode"] | None = None
+    mode: Literal["train", "infer", "prefill", "decode", "generate"] | None = None
     """The run's mode; required except in ``busbw`` rows, which time one collective call."""
-    batch: Count | None = None
+    batch: Count | Literal["max"] | None = None
+    """The batch (per model replica); ``max`` in ``generate`` rows: the largest whose prefill and decode
+    steps fit with their KV cache, as a runtime that sizes its batch by free memory picks it."""
     seq_len: Count | None = None
-    """The sequence length; the prompt's in ``prefill`` and ``decode`` rows."""
+    """The sequence length; the prompt's in ``prefill``, ``decode`` and ``generate`` rows."""
     gen_len: Count | None = None
-    """Tokens generated per sequence, for ``decode`` rows."""
+    """Tokens generated per sequence, for ``decode`` and ``generate`` rows."""
     precision: Precision
     microbatches: Count | None = None
     """On a system: microbatches per step and replica (gradient accumulation), as ``--microbatches``."""
@@ -94,6 +105,8 @@ class Row(Spec):
     """On a system: copies of it joined by its scale-out fabric, as ``--nodes``."""
     pipeline_stages: Count | None = None
     """On a system: chips per pipeline, as ``--pipeline-stages``."""
+    interleave: Count | None = None
+    """With ``pipeline_stages``: model chunks per stage (interleaved 1F1B), as ``--interleave``."""
     tensor_parallel: Count | None = None
     """On a system: chips that split each layer of a decoder model, as ``--tensor-parallel``."""
     sequence_parallel: bool | None = None
@@ -128,8 +141,14 @@ class Row(Spec):
             raise ValueError("phase is required with metrics op_time and op_rate and only there")
         if (self.metric is Metric.TTFT) != (self.mode == "prefill"):
             raise ValueError("metric ttft is the metric of prefill rows")
-        if self.gen_len is not None and self.mode != "decode":
-            raise ValueError("gen_len applies to decode rows only")
+        if self.gen_len is not None and self.mode not in ("decode", "generate"):
+            raise ValueError("gen_len applies to decode and generate rows only")
+        if self.batch == "max" and self.mode != "generate":
+            raise ValueError("batch max applies to generate rows only")
+        if (self.metric is Metric.OUTPUT_THROUGHPUT) != (self.mode == "generate"):
+            raise ValueError("metric output_throughput is the metric of generate rows")
+        if self.metric in (Metric.ACHIEVED_TFLOPS, Metric.MFU) and self.mode != "train":
+            raise ValueError(f"metric {self.metric.value} applies to training rows only")
         if (self.metric is Metric.BUSBW) != (self.mode is None):
             raise ValueError("mode is required, except in busbw rows, which have none")
         if (self.metric is Metric.BUSBW) != (self.bytes is not None):
@@ -142,8 +161,8 @@ class Row(Spec):
 
     @property
     def published_si(self) -> float:
-        """The published value in SI units: samples/s, seconds, or FLOP/s."""
-        scale = {"ms": 1e-3, "TFLOP/s": 1e12, "GB/s": 1e9}.get(self.unit, 1.0)
+        """The published value in SI units: samples/s, tokens/s, seconds, FLOP/s or a fraction."""
+        scale = {"ms": 1e-3, "TFLOP/s": 1e12, "TFLOP/s/GPU": 1e12, "GB/s": 1e9, "%": 1e-2}.get(self.unit, 1.0)
         return self.published * scale
 
 

@@ -9,19 +9,21 @@ overall.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from archsim.collective_run import collective
 from archsim.errors import SpecError
 from archsim.results.records import RunResult
+from archsim.run import generation
 from archsim.run.request import RunRequest
-from archsim.run.runner import BuiltRun, build, replay_built
+from archsim.run.runner import BuiltRun, build, largest_batch, replay_built
 from archsim.run.target import Target
 from archsim.spec.efficiency import Efficiency
 from archsim.spec.library import Library
 from archsim.spec.software import SoftwareSpec
 from archsim.spec.validation import Group, Level, Metric, Row, ValidationSpec
 from archsim.stack import default_software, is_kernel
+from archsim.workloads.trace import Mode
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,10 @@ class Prepared:
     row: Row
     target: Target
     built: BuiltRun | None
-    """The row's run as the runner builds it (None for a ``busbw`` row, which times one collective call)."""
+    """The row's run as the runner builds it (None for a ``busbw`` row, which times one collective call;
+    a ``generate`` row's prefill)."""
+    decode: BuiltRun | None = None
+    """A ``generate`` row's decode steps (None for any other row)."""
 
     @property
     def family(self) -> str:
@@ -104,6 +109,7 @@ class ValidationReport:
                     "microbatches": r.row.microbatches,
                     "nodes": r.row.nodes,
                     "pipeline_stages": r.row.pipeline_stages,
+                    "interleave": r.row.interleave,
                     "tensor_parallel": r.row.tensor_parallel,
                     "sequence_parallel": r.row.sequence_parallel,
                     "streaming_memory": None if r.row.streaming_memory is None else r.row.streaming_memory.value,
@@ -145,16 +151,17 @@ def prepare(row: Row, library: Library) -> Prepared:
             ("microbatches", row.microbatches),
             ("nodes", row.nodes),
             ("pipeline_stages", row.pipeline_stages),
+            ("interleave", row.interleave),
             ("tensor_parallel", row.tensor_parallel),
         ):
             if value is not None:
                 raise SpecError(row.id, field, "needs a multi-chip system as the target")
-    generating = row.mode in ("prefill", "decode")
+    generating = row.mode in ("prefill", "decode", "generate")
     request = RunRequest.of(
         row.target,
         row.workload,
         row.mode,
-        row.batch,
+        1 if row.batch == "max" else row.batch,
         row.precision,
         None if generating else row.seq_len,
         prompt_len=row.seq_len if generating else None,
@@ -168,7 +175,18 @@ def prepare(row: Row, library: Library) -> Prepared:
         streaming_memory=row.streaming_memory,
         tensor_parallel=row.tensor_parallel or 1,
         sequence_parallel=bool(row.sequence_parallel),
+        interleave=row.interleave or 1,
     )
+    if request.mode is Mode.GENERATE:  # a prefill then decode steps, as archsim run combines them
+        prefill = build(replace(request, mode=Mode.PREFILL, gen_len=None), library)
+        decode = build(replace(request, mode=Mode.DECODE), library)
+        if row.batch == "max":
+            batch = largest_batch(decode, prefill)
+            if batch is None:
+                raise SpecError(row.id, "batch", f"{row.workload} fixes its batch: batch max needs a model")
+            prefill = build(replace(prefill.request, batch=batch), library)
+            decode = build(replace(decode.request, batch=batch), library)
+        return Prepared(row, prefill.target, prefill, decode)
     built = build(request, library)
     return Prepared(row, built.target, built)
 
@@ -182,6 +200,16 @@ def measure(row: Row, result: RunResult) -> float:
         return 1e3 * result.ttft_s
     if row.metric is Metric.STEP_TIME:
         return result.step_time_s
+    if row.metric is Metric.OUTPUT_THROUGHPUT:
+        return _output_throughput(row, result)
+    if row.metric is Metric.ACHIEVED_TFLOPS:
+        # every FLOP the step executes (the backward pass's and any recomputed forward's), as
+        # Megatron-LM's "achieved TFLOP/s" counts them (Narayanan et al. 2021, Eq. 3)
+        return result.flops / result.step_time_s / result.num_chips / 1e12
+    if row.metric is Metric.MFU:
+        if result.mfu is None:
+            raise SpecError(row.id, "workload", "metric mfu needs a decoder model")
+        return 100.0 * result.mfu
     layers = [layer for layer in result.layers if layer.phase == row.phase]
     if not layers:
         raise SpecError(row.id, "phase", f"the run has no op of phase {row.phase!r}")
@@ -189,6 +217,19 @@ def measure(row: Row, result: RunResult) -> float:
     if row.metric is Metric.OP_RATE:
         return sum(layer.flops for layer in layers) / seconds / 1e12
     return 1e3 * seconds
+
+
+def _output_throughput(row: Row, result: RunResult) -> float:
+    """A generate run's output tokens per second: per chip (``tok/s/GPU``) or per model replica (``tok/s``).
+
+    A replica is the chips one copy of the model spans (tensor-parallel x pipeline stages), which is
+    what a published single-replica run measures; a system target holds several replicas.
+    """
+    assert result.output_tokens_per_s is not None  # a generate row (checked by the row's validator)
+    per_chip = result.output_tokens_per_s / result.num_chips
+    if row.unit == "tok/s/GPU":
+        return per_chip
+    return per_chip * result.tensor_parallel * result.pipeline_stages
 
 
 def software_of(prepared: Prepared, library: Library) -> SoftwareSpec | None:
@@ -231,7 +272,11 @@ def predict(
         return _busbw(prepared, library)
     software = stacks.get(software.name, software) if stacks is not None else software
     run = replay_built(prepared.built, library, family_efficiency=efficiency, software=software)
-    return measure(prepared.row, run.result)
+    if prepared.decode is None:
+        return measure(prepared.row, run.result)
+    step = replay_built(prepared.decode, library, family_efficiency=efficiency, software=software).result
+    assert step.gen_len is not None  # a decode run reports its generation length
+    return measure(prepared.row, generation.combined(run.result, step, step.gen_len, prepared.target.chip))
 
 
 def _busbw(prepared: Prepared, library: Library) -> float:

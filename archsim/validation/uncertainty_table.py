@@ -47,7 +47,7 @@ def coverage(library: Library, table: str) -> dict[str, dict[str, object]]:
             workload_key(row.workload), {"batch": set(), "seq_len": set()}
         )
         if not row.workload.startswith(("gemm:", "conv:")):
-            shapes["batch"].add(row.batch if row.batch is not None else prepared.built.trace.batch)
+            shapes["batch"].add(row.batch if isinstance(row.batch, int) else prepared.built.trace.batch)
         if row.seq_len is not None:
             shapes["seq_len"].add(row.seq_len)
     out: dict[str, dict[str, object]] = {}

@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from archsim import simulate
 from archsim.cli import main
 from archsim.errors import SpecError
 from archsim.results.figures import validation_scatter
+from archsim.spec.common import Precision
 from archsim.spec.library import Library
 from archsim.spec.validation import Group
 from archsim.validation import validate
@@ -37,7 +39,7 @@ def table(tmp_path: Path, rows: list[dict[str, object]]) -> Path:
         "kind": "validation",
         "name": "mine",
         "description": "test table",
-        "tolerance": {"operator": 0.5, "single_chip": 0.5},
+        "tolerance": {"operator": 0.5, "single_chip": 0.5, "multi_chip": 0.5},
         "rows": rows,
     }
     path = tmp_path / "mine.yaml"
@@ -79,7 +81,10 @@ def test_in_scope_mape_leaves_out_rows_known_outside(tmp_path: Path, library: Li
         ({"group": "galactic"}, "rows[0].group"),
         ({"metric": "ttft", "phase": None}, "metric ttft is the metric of prefill rows"),
         ({"metric": "op_rate", "unit": "ms"}, "does not fit metric op_rate"),
-        ({"gen_len": 8}, "gen_len applies to decode rows only"),
+        ({"gen_len": 8}, "gen_len applies to decode and generate rows only"),
+        ({"metric": "output_throughput", "unit": "tok/s/GPU", "phase": None}, "metric output_throughput is the metric"),
+        ({"metric": "mfu", "unit": "%", "phase": None}, "metric mfu applies to training rows only"),
+        ({"metric": "achieved_tflops", "unit": "TFLOP/s", "phase": None}, "does not fit metric achieved_tflops"),
     ],
 )
 def test_bad_rows_are_spec_errors(tmp_path: Path, library: Library, change: dict[str, object], fragment: str) -> None:
@@ -177,3 +182,58 @@ def test_op_rate_and_ttft_rows(tmp_path: Path, library: Library) -> None:
     assert ttft.predicted > 0
     assert ttft.row.published_si == pytest.approx(1e-3)
     assert flops.row.published_si == pytest.approx(1e14)
+
+
+GPT2 = {**ROW, "group": "single_chip", "workload": "gpt2", "batch": 2, "seq_len": 64, "published": 1.0}
+del GPT2["phase"]
+
+
+def test_generate_rows_count_output_tokens_per_gpu_or_per_replica(tmp_path: Path, library: Library) -> None:
+    generate = {**GPT2, "mode": "generate", "gen_len": 4, "metric": "output_throughput", "unit": "tok/s/GPU"}
+    system = {**generate, "group": "multi_chip", "target": "dgx1", "tensor_parallel": 2}
+    rows = [
+        {**generate, "id": "chip"},
+        {**system, "id": "per-gpu"},
+        {**system, "id": "per-replica", "unit": "tok/s"},
+    ]
+    chip, per_gpu, per_replica = validate(library, str(table(tmp_path, rows))).rows
+    alone = simulate(
+        "v100", "gpt2", mode="generate", batch=2, prompt_len=64, gen_len=4, precision="fp16", library=library
+    )
+    assert alone.output_tokens_per_s is not None
+    assert chip.predicted == pytest.approx(alone.output_tokens_per_s)
+    # a DGX-1 holds four pairs: per GPU is the system's output over 8, a replica's is two GPUs' worth
+    assert per_replica.predicted == pytest.approx(2 * per_gpu.predicted)
+
+
+def test_training_rows_count_achieved_flops_with_recomputation_and_mfu_without(
+    tmp_path: Path, library: Library
+) -> None:
+    train = {**GPT2, "mode": "train", "recompute": "full", "metric": "achieved_tflops", "unit": "TFLOP/s/GPU"}
+    rows = [{**train, "id": "achieved"}, {**train, "id": "mfu", "metric": "mfu", "unit": "%"}]
+    achieved, mfu = validate(library, str(table(tmp_path, rows))).rows
+    run = simulate(
+        "v100", "gpt2", mode="train", batch=2, seq_len=64, precision="fp16", recompute="full", library=library
+    )
+    assert run.mfu is not None
+    assert achieved.predicted == pytest.approx(run.flops / run.step_time_s / 1e12)
+    assert mfu.predicted == pytest.approx(100 * run.mfu)
+    assert mfu.row.published_si == pytest.approx(0.01)
+    # the recomputed forward pass counts in achieved FLOPs and not in MFU's model FLOPs
+    peak = library.chip("v100").peak_flops(Precision.FP16)
+    assert mfu.predicted / 100 * peak < 0.9 * achieved.predicted * 1e12
+
+
+def test_batch_max_runs_the_largest_batch_the_kv_cache_allows(tmp_path: Path, library: Library) -> None:
+    row = {**GPT2, "id": "max", "mode": "generate", "batch": "max", "seq_len": 512, "gen_len": 512}
+    row |= {"metric": "output_throughput", "unit": "tok/s"}
+    (result,) = validate(library, str(table(tmp_path, [row]))).rows
+    options: dict[str, object] = {"mode": "generate", "prompt_len": 512, "gen_len": 512, "precision": "fp16"}
+    largest = simulate("v100", "gpt2", batch=1, library=library, **options).max_batch  # type: ignore[arg-type]
+    assert largest is not None and largest > 1
+    at_largest = simulate("v100", "gpt2", batch=largest, library=library, **options)  # type: ignore[arg-type]
+    assert result.predicted == pytest.approx(at_largest.output_tokens_per_s)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    with pytest.raises(SpecError, match="batch max applies to generate rows only"):
+        validate(library, str(table(bad, [{**ROW, "batch": "max"}])))

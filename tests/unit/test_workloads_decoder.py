@@ -30,6 +30,19 @@ PUBLISHED_PARAMETERS = {
     "llama3-70b": 70.6e9,  # huggingface.co/meta-llama/Meta-Llama-3-70B (70.6B params)
     "llama3-405b": 406e9,  # huggingface.co/meta-llama/Llama-3.1-405B (406B params)
     "megatron-gpt-22b": 22e9,  # Korthikanti et al. 2022, arXiv 2205.05198, Table 3 (22B)
+    # Megatron-LM's weak-scaling models: Narayanan et al. 2021, arXiv 2104.04473, Table 1 (billions)
+    # Table 1 prints 1.7 for the 1.653B its parameter formula, 12lh^2 (1 + 13/12h + (V + s)/12lh), gives
+    "megatron-gpt-1.7b": 1.653e9,
+    "megatron-gpt-3.6b": 3.6e9,
+    "megatron-gpt-7.5b": 7.5e9,
+    "megatron-gpt-18.4b": 18.4e9,
+    "megatron-gpt-39.1b": 39.1e9,
+    "megatron-gpt-76.1b": 76.1e9,
+    "megatron-gpt-145.6b": 145.6e9,
+    "megatron-gpt-310.1b": 310.1e9,
+    "megatron-gpt-529.6b": 529.6e9,
+    "megatron-gpt-1t": 1008.0e9,
+    "gptj-6b": 6.053e9,  # huggingface.co/EleutherAI/gpt-j-6b model card (n_parameters 6,053,381,344)
     "mixtral-8x7b": 46.7e9,  # Jiang et al. 2024, arXiv 2401.04088, Sec. 2 (47B; 46.7B in mistral.ai's release)
 }
 

@@ -9,8 +9,8 @@ nothing was tuned to them. Each published figure with its source:
   (https://silvertonconsulting.com/2023/07/12/mlperf-results-show-h100-v-a100-and-v-habana-gaudi2-gpus/).
 - TPU v5p over v4, training: 1.9x. Google (Cloud TPU v5p launch, December 2023): GPT-3 175B trains
   1.9x faster in bf16 (2.8x with int8) than on TPU v4
-  (https://www.theregister.com/2023/12/06/google_unveils_tpu_v5p_pods). archsim has no decoder LLM
-  yet, so the comparison runs BERT-Large training, the largest transformer it has, in bf16.
+  (https://www.theregister.com/2023/12/06/google_unveils_tpu_v5p_pods). Compared on one chip each:
+  GPT-3 1.3B training (sequence 2048, full recomputation, bf16; 175B needs a pod) and BERT-Large.
 - Bow over GC200, ResNet-50: 1.4x. Bow-2000 datasheet: up to 40 % more performance than the
   IPU-M2000 with no code changes
   (https://docs.graphcore.ai/projects/bow-2000-datasheet/en/latest/product-description.html); the
@@ -21,6 +21,10 @@ nothing was tuned to them. Each published figure with its source:
   (https://www.intel.in/content/www/us/en/newsroom/news/second-gen-habana-gaudi2-outperforms-nvidia-a100.html).
   Gaudi has no fp16 matrix rate, so both run bf16 (the A100's bf16 rate is its fp16 one), at the
   per-chip batch of the H100 case.
+- H100 over A100 80 GB, LLM inference: 19694 / 5586 = 3.53x output tokens/s per GPU, TensorRT-LLM
+  v0.6.1 on LLaMA 7B with 128 input and 128 output tokens, each at its published setting: H100 at fp8
+  and batch 768, A100 at fp16 and batch 384 (calibration_llm.csv I015 and I021, github
+  NVIDIA/TensorRT-LLM docs/source/performance.md@138f96d4). Both run archsim's tensorrt-llm stack.
 """
 
 from __future__ import annotations
@@ -51,6 +55,13 @@ CASES: dict[str, tuple[str, str, str, dict[str, Any], float]] = {
         {"mode": "train", "batch": 64, "seq_len": 128, "precision": "bf16"},
         1.9,
     ),
+    "tpu-v5p-over-v4-gpt3-train": (
+        "tpu-v5p",
+        "tpu-v4",
+        "gpt3-1.3b",
+        {"mode": "train", "batch": 4, "seq_len": 2048, "precision": "bf16", "recompute": "full"},
+        1.9,
+    ),
     "gaudi2-over-a100-resnet50-train": (
         "gaudi2",
         "a100-80gb",
@@ -77,3 +88,13 @@ def test_ratio_has_the_published_direction_and_size(library: Library, case: str)
     )
     assert ratio > 1.0
     assert ratio == pytest.approx(published, rel=TOLERANCE)
+
+
+def test_h100_over_a100_llm_inference_at_the_published_settings(library: Library) -> None:
+    common: dict[str, Any] = {"mode": "generate", "prompt_len": 128, "gen_len": 128, "software": "tensorrt-llm"}
+    h100 = simulate("h100", "llama2-7b", batch=768, precision="fp8", library=library, **common)
+    a100 = simulate("a100-80gb", "llama2-7b", batch=384, precision="fp16", library=library, **common)
+    assert h100.output_tokens_per_s is not None and a100.output_tokens_per_s is not None
+    ratio = h100.output_tokens_per_s / a100.output_tokens_per_s
+    assert ratio > 1.0
+    assert ratio == pytest.approx(19694 / 5586, rel=TOLERANCE)
