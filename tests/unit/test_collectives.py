@@ -140,7 +140,7 @@ def test_algorithm_choice() -> None:
         resolve_algorithm("butterfly", f)
 
 
-@pytest.mark.parametrize(("system", "nodes", "stages"), [("dgx1", 4, 1), ("ipu-pod256", 2, 1), ("dgx2", 3, 4)])
+@pytest.mark.parametrize(("system", "nodes", "stages"), [("dgx1", 4, 1), ("ipu-pod128", 1, 1), ("dgx2", 3, 4)])
 @pytest.mark.parametrize("algorithm", [Algorithm.RING, Algorithm.HIERARCHICAL, Algorithm.TREE])
 def test_simulating_one_lane_or_ring_per_identical_class_changes_nothing(
     library: Library, monkeypatch: pytest.MonkeyPatch, system: str, nodes: int, stages: int, algorithm: Algorithm
