@@ -6,6 +6,9 @@ Shared by ``tests/unit/test_notebooks.py`` (each runs without error, showing fig
 
 from __future__ import annotations
 
+import hashlib
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +18,16 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.i
 
 
 def execute(path: Path, out: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """The notebook at ``path`` run top to bottom with ``ARCHSIM_NOTEBOOK_SMALL=1`` (results kept in ``out``)."""
+    """The notebook at ``path`` run top to bottom with ``ARCHSIM_NOTEBOOK_SMALL=1`` (results kept in ``out``).
+
+    Under pytest-xdist both test files that run a notebook may ask for it in the same session: the
+    first run is kept, for that session only (:func:`_session_copy`), and the second reads it.
+    """
     nbclient = pytest.importorskip("nbclient")
     nbformat = pytest.importorskip("nbformat")
+    copy = _session_copy(path)
+    if copy is not None and copy.exists():
+        return nbformat.read(copy, as_version=4)
     monkeypatch.setenv("ARCHSIM_NOTEBOOK_SMALL", "1")
     monkeypatch.setenv("ARCHSIM_NOTEBOOK_OUT", str(out))
     book = nbformat.read(path, as_version=4)
@@ -26,7 +36,26 @@ def execute(path: Path, out: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
         book, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
     )
     client.execute()  # raises CellExecutionError, naming the cell, on any error
+    if copy is not None:
+        partial = copy.with_suffix(f".{os.getpid()}.part")
+        nbformat.write(book, partial)
+        partial.replace(copy)  # whole or absent: a reader never sees half a notebook
     return book
+
+
+def _session_copy(path: Path) -> Path | None:
+    """Where this pytest-xdist session keeps the executed ``path`` (None outside xdist: no sharing).
+
+    The folder is named by xdist's run id (new every session) and the notebook's own bytes, so a copy
+    is never read by another session or for an edited notebook.
+    """
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run is None:
+        return None
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / f"archsim-notebooks-{run}"
+    folder.mkdir(exist_ok=True)
+    return folder / f"{path.stem}-{digest}.ipynb"
 
 
 def export_html(book: Any, path: Path) -> Path:
