@@ -35,7 +35,7 @@ from dataclasses import replace
 from archsim.spec.model import DecoderSection
 from archsim.workloads.trace import CommGroup, CommKind, Op, Phase, Trace
 from archsim.workloads.training import GRAD, RECOMPUTE
-from archsim.workloads.transforms import comm_op
+from archsim.workloads.transforms import Inserted, in_stream_after
 
 DISPATCH = ".moe.dispatch"
 """Name ending of the op that packs each token into its experts' buffers."""
@@ -103,18 +103,12 @@ def with_expert_parallel(trace: Trace, expert_parallel: int) -> Trace:
     if expert_parallel == 1:
         return trace
     backward = _backward_comms(trace)
-    ops: list[Op] = []
-    position: list[int] = []  # per old op: the new index later ops depend on (its last comm op, or itself)
-    for index, op in enumerate(trace.ops):
-        deps = tuple(sorted({position[d] for d in op.deps}))
-        ops.append(op if deps == op.deps else op.with_deps(deps))
-        last = len(ops) - 1
+
+    def after(index: int, op: Op) -> Inserted:
         forward = _forward_comm(op) if op.phase.computes_forward else None
-        inserted = ([forward] if forward is not None else []) + backward.get(index, [])
-        phase = Phase.BACKWARD_DATA if op.phase.is_backward and op.phase is not Phase.RECOMPUTE else op.phase
-        for name, nbytes in inserted:
-            ops.append(comm_op(name, CommKind.ALL_TO_ALL, nbytes, (last,), CommGroup.EXPERT_PARALLEL, phase))
-            last = len(ops) - 1
-        position.append(last)
+        named = ([forward] if forward is not None else []) + backward.get(index, [])
+        return [(name, CommKind.ALL_TO_ALL, nbytes) for name, nbytes in named]
+
+    ops = in_stream_after(trace, after, CommGroup.EXPERT_PARALLEL)
     meta = dict(trace.meta) | {"expert_parallel": str(expert_parallel)}
-    return replace(trace, ops=tuple(ops), meta=meta)
+    return replace(trace, ops=ops, meta=meta)

@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 
 from archsim.workloads.trace import CommGroup, CommKind, Mode, Op, Phase, Trace
 from archsim.workloads.training import GRAD, RECOMPUTE
-from archsim.workloads.transforms import comm_op
+from archsim.workloads.transforms import Inserted, in_stream_after
 
 ROW_PARALLEL = (".attn.o_proj", ".mlp.down", ".moe.combine")
 """Name endings of the forward ops whose output is a partial sum over the shards (plus ``embed_tokens``)."""
@@ -131,21 +131,14 @@ def with_tensor_parallel(trace: Trace, shard: ShardComm) -> Trace:
     if shard.tensor_parallel == 1:
         return trace
     backward = _backward_targets(trace, shard)
-    ops: list[Op] = []
-    position: list[int] = []  # per old op: the new index later ops depend on (its last comm op, or itself)
-    for index, op in enumerate(trace.ops):
-        deps = tuple(sorted({position[d] for d in op.deps}))
-        ops.append(op if deps == op.deps else op.with_deps(deps))
-        last = len(ops) - 1
-        inserted = _forward_comms(op, shard, trace.mode) if op.phase.computes_forward else []
-        inserted += backward.get(index, [])
-        phase = Phase.BACKWARD_DATA if op.phase.is_backward and op.phase is not Phase.RECOMPUTE else op.phase
-        for name, kind, nbytes in inserted:
-            ops.append(comm_op(name, kind, nbytes, (last,), CommGroup.TENSOR_PARALLEL, phase))
-            last = len(ops) - 1
-        position.append(last)
+
+    def after(index: int, op: Op) -> Inserted:
+        forward = _forward_comms(op, shard, trace.mode) if op.phase.computes_forward else []
+        return forward + backward.get(index, [])
+
+    ops = in_stream_after(trace, after, CommGroup.TENSOR_PARALLEL)
     meta = dict(trace.meta) | {
         "tensor_parallel": str(shard.tensor_parallel),
         "sequence_parallel": str(shard.sequence_parallel).lower(),
     }
-    return replace(trace, ops=tuple(ops), meta=meta)
+    return replace(trace, ops=ops, meta=meta)

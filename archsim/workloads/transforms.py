@@ -69,6 +69,31 @@ def comm_op(
     return Op(name, OpKind.COMM, phase, 0, (), (), deps, comm=CommOp(kind, nbytes, group))
 
 
+Inserted = list[tuple[str, CommKind, int]]
+"""Communication ops to insert after one op: (name, kind, bytes per chip) each, in order."""
+
+
+def in_stream_after(trace: Trace, after: Callable[[int, Op], Inserted], group: CommGroup) -> tuple[Op, ...]:
+    """``trace``'s ops, each followed by the communication ops ``after(index, op)`` names over ``group``.
+
+    The inserted ops run one after another behind their op (in its phase; a backward op's in the
+    data-gradient phase), and every later op that depended on the op depends on the last of them
+    instead: the chip's stream waits for them, as tensor- and expert-parallel collectives make it.
+    """
+    ops: list[Op] = []
+    position: list[int] = []  # per old op: the new index later ops depend on (its last comm op, or itself)
+    for index, op in enumerate(trace.ops):
+        deps = tuple(sorted({position[d] for d in op.deps}))
+        ops.append(op if deps == op.deps else op.with_deps(deps))
+        last = len(ops) - 1
+        phase = Phase.BACKWARD_DATA if op.phase.is_backward and op.phase is not Phase.RECOMPUTE else op.phase
+        for name, kind, nbytes in after(index, op):
+            ops.append(comm_op(name, kind, nbytes, (last,), group, phase))
+            last = len(ops) - 1
+        position.append(last)
+    return tuple(ops)
+
+
 def with_gradient_all_reduces(
     trace: Trace,
     bucket_bytes: int = DEFAULT_BUCKET_BYTES,
