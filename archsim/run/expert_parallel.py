@@ -4,8 +4,9 @@ Placement (:mod:`archsim.models.placement`) puts a tensor-parallel group's ``T``
 pipeline's stages, then the data-parallel replicas: replica ``r`` holds chips ``r x T x P ...``. An
 expert-parallel group of ``X`` chips is ``X`` consecutive replicas' chips of the same stage and
 tensor-parallel rank, so its members are ``T x P`` chips apart (Megatron-LM builds its expert groups
-from the data-parallel ranks the same way). :func:`expert_fabric` gives the tiers such a group spans:
-at each tier of the system, how many of the group's chips one member of that tier holds. Inside an
+from the data-parallel ranks the same way). :func:`archsim.run.tensor_parallel.group_fabric` gives the
+tiers such a group spans: at each tier of the system, how many of the group's chips one member of
+that tier holds. Inside an
 NVLink node of 8 GPUs with ``T x P = 1`` a group of 8 is one tier of 8 chips; with ``T = 8`` each
 chip of the group is in another node and the group spans the scale-out fabric, one chip per member,
 with that chip's share of its node's ports (``lanes x chips / chips_per_member``, at least one).
@@ -24,29 +25,13 @@ import math
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from archsim.run.tensor_parallel import scale_out_nodes
+
 if TYPE_CHECKING:  # the multi-chip modules: a one-chip run never loads them
     from archsim.models.interconnect import Fabric, Tier
 
 EXPERT_PARALLEL_NOTE = "each chip holds a share of the experts: no one chip runs the whole model"
 """Why an expert-parallel run has no one-chip reference (``scaling_note``)."""
-
-
-def expert_fabric(fabric: Fabric, stride: int, expert_parallel: int) -> Fabric:
-    """The fabric of ``expert_parallel`` chips of ``fabric``, ``stride`` chips apart (see the module docstring).
-
-    ``stride x expert_parallel`` must divide the fabric's chips (the placement checks that).
-    """
-    tiers: list[Tier] = []
-    held = 1  # the group's chips in one member of the current tier
-    for index, tier in enumerate(fabric.tiers):
-        span = fabric.chips_below(index) * tier.size  # chips under one member of the next tier
-        above = min(expert_parallel, max(1, span // stride))
-        if above > held:
-            lanes = max(1, tier.lanes * held // tier.chips_per_member)
-            tiers.append(replace(tier, size=above // held, chips_per_member=held, lanes=lanes))
-        held = above
-    ring = fabric.first_ring if stride == 1 and fabric.tiers and expert_parallel == fabric.tiers[0].size else ()
-    return replace(fabric, nodes=_nodes(tiers), num_chips=expert_parallel, tiers=tuple(tiers), first_ring=ring)
 
 
 def expert_data_fabric(fabric: Fabric, unit: int, expert_parallel: int) -> Fabric:
@@ -71,9 +56,4 @@ def expert_data_fabric(fabric: Fabric, unit: int, expert_parallel: int) -> Fabri
         kept *= size
     same_first = bool(fabric.tiers) and bool(tiers) and tiers[0] == fabric.tiers[0]
     ring = fabric.first_ring if same_first else ()
-    return replace(fabric, nodes=_nodes(tiers), num_chips=kept, tiers=tuple(tiers), first_ring=ring)
-
-
-def _nodes(tiers: list[Tier]) -> int:
-    """How many nodes a group's tiers span (the size of its scale-out tier; 1 without one)."""
-    return next((tier.size for tier in tiers if tier.name == "scale-out"), 1)
+    return replace(fabric, nodes=scale_out_nodes(tiers), num_chips=kept, tiers=tuple(tiers), first_ring=ring)

@@ -28,7 +28,6 @@ from archsim.models.placement import place
 from archsim.run.chip import finished
 from archsim.run.context import RunOutput, SystemContext, SystemOptions
 from archsim.run.data_parallel import data_parallel
-from archsim.run.expert_parallel import expert_fabric
 from archsim.run.pipeline import pipelined
 from archsim.run.target import Target, fabric_for
 from archsim.run.tensor_parallel import GroupCalls, group_fabric
@@ -80,16 +79,15 @@ def replay_on_system(
         call.fixed_s if call is not None else 0.0,
     )
     spans = LinkSpans() if record else None
-    calls = None
-    if tp > 1:  # the group's calls see the links as they are, before any protocol (as archsim collective)
-        spec = library.collective_library(named) if named is not None else library.system_collective_library(system)
-        calls = GroupCalls(group_fabric(fabric_for(system, library, options.nodes, source), tp), spec, source)
-    expert_calls = None
-    if options.trace.expert_parallel > 1:  # E replicas' chips of one stage and rank, T x P apart
+    calls = expert_calls = None
+    ep = options.trace.expert_parallel
+    if tp > 1 or ep > 1:  # the groups' calls see the links as they are, before any protocol (as archsim collective)
         spec = library.collective_library(named) if named is not None else library.system_collective_library(system)
         bare = fabric_for(system, library, options.nodes, source)
-        group = expert_fabric(bare, tp * options.pipeline_stages, options.trace.expert_parallel)
-        expert_calls = GroupCalls(group, spec, source)
+        if tp > 1:  # T consecutive chips
+            calls = GroupCalls(group_fabric(bare, tp), spec, source)
+        if ep > 1:  # E replicas' chips of one stage and rank, T x P apart
+            expert_calls = GroupCalls(group_fabric(bare, ep, tp * options.pipeline_stages), spec, source)
     context = SystemContext(
         system,
         source,

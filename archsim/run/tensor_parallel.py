@@ -16,6 +16,7 @@ when both are busy at once (Megatron runs data-parallel all-reduces after the ba
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -25,19 +26,39 @@ from archsim.spec.common import Precision
 from archsim.workloads.trace import CommGroup, Op
 
 if TYPE_CHECKING:  # the multi-chip modules: a one-chip run never loads them
-    from archsim.models.interconnect import Fabric
+    from archsim.models.interconnect import Fabric, Tier
     from archsim.spec.collective_library import CollectiveLibrarySpec
 
 TENSOR_PARALLEL_NOTE = "each chip runs a tensor-parallel shard: no one chip runs the whole model"
 """Why a tensor-parallel run has no one-chip reference (``scaling_note``)."""
 
 
-def group_fabric(fabric: Fabric, tensor_parallel: int) -> Fabric:
-    """The fabric of one tensor-parallel group: ``tensor_parallel`` chips of ``fabric``'s first tier."""
-    first = fabric.tiers[0]
-    tier = replace(first, size=tensor_parallel)
-    ring = fabric.first_ring if tensor_parallel == first.size else ()
-    return replace(fabric, nodes=1, num_chips=tensor_parallel, tiers=(tier,), first_ring=ring)
+def group_fabric(fabric: Fabric, chips: int, stride: int = 1) -> Fabric:
+    """The fabric of a group of ``chips`` chips of ``fabric``, ``stride`` chips apart.
+
+    A tensor-parallel group is ``T`` consecutive chips (``stride`` 1): a slice of the first tier. An
+    expert-parallel group (:mod:`archsim.run.expert_parallel`) is ``E`` replicas' chips of one stage and
+    tensor-parallel rank, ``T x P`` apart. At each tier of the system the group keeps as many members
+    as hold its chips, each with its chips' share of the member's ports (``lanes x chips held /
+    chips_per_member``, at least one). ``stride x chips`` must divide the fabric's chips (the placement
+    checks that).
+    """
+    tiers: list[Tier] = []
+    held = 1  # the group's chips in one member of the current tier
+    for index, tier in enumerate(fabric.tiers):
+        span = fabric.chips_below(index) * tier.size  # chips under one member of the next tier
+        above = min(chips, max(1, span // stride))
+        if above > held:
+            lanes = max(1, tier.lanes * held // tier.chips_per_member)
+            tiers.append(replace(tier, size=above // held, chips_per_member=held, lanes=lanes))
+        held = above
+    ring = fabric.first_ring if stride == 1 and fabric.tiers and chips == fabric.tiers[0].size else ()
+    return replace(fabric, nodes=scale_out_nodes(tiers), num_chips=chips, tiers=tuple(tiers), first_ring=ring)
+
+
+def scale_out_nodes(tiers: Sequence[Tier]) -> int:
+    """How many nodes a group's tiers span (the size of its scale-out tier; 1 without one)."""
+    return next((tier.size for tier in tiers if tier.name == "scale-out"), 1)
 
 
 @dataclass

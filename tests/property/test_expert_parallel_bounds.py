@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from archsim import simulate
 from archsim.errors import CapacityError
-from archsim.run.expert_parallel import expert_fabric
 from archsim.run.target import fabric_for
+from archsim.run.tensor_parallel import group_fabric
 from archsim.spec.library import Library
 from archsim.workloads.decoder import expert_tokens
 
@@ -46,7 +46,7 @@ def test_expert_parallel_stays_under_peak_and_above_the_links(
         return
     assert result.expert_parallel == ep
     assert result.mfu is not None and 0 < result.mfu <= result.utilization * (1 + 1e-9) <= 1 + 1e-9
-    group = expert_fabric(FABRIC, tp, ep)
+    group = group_fabric(FABRIC, ep, tp)
     fastest = max(tier.egress_bytes_per_s / tier.chips_per_member for tier in group.tiers)
     cfg = LIBRARY.model("mixtral-8x7b").decoder
     assert cfg is not None and cfg.moe is not None

@@ -11,8 +11,9 @@ import pytest
 
 from archsim import simulate
 from archsim.collective_run import collective
-from archsim.run.expert_parallel import expert_data_fabric, expert_fabric
+from archsim.run.expert_parallel import expert_data_fabric
 from archsim.run.target import fabric_for
+from archsim.run.tensor_parallel import group_fabric
 from archsim.spec.common import Precision
 from archsim.spec.library import Library
 from archsim.workloads import build_trace
@@ -125,11 +126,11 @@ def test_expert_gradients_are_bucketed_apart(library: Library) -> None:
 def test_group_fabrics_follow_the_placement(library: Library) -> None:
     fabric = fabric_for(library.system("dgx-h100"), library, 4, "dgx-h100")
     node = fabric.tiers[0]
-    inside = expert_fabric(fabric, 1, 8)  # 8 replicas of one chip: the node's NVSwitch
+    inside = group_fabric(fabric, 8, 1)  # 8 replicas of one chip: the node's NVSwitch
     assert inside.num_chips == 8 and [t.size for t in inside.tiers] == [8] and inside.tiers[0].lanes == node.lanes
-    across = expert_fabric(fabric, 8, 4)  # T = 8: one chip per node, a NIC each
+    across = group_fabric(fabric, 4, 8)  # T = 8: one chip per node, a NIC each
     assert [(t.name, t.size, t.lanes) for t in across.tiers] == [("scale-out", 4, 1)] and across.nodes == 4
-    split = expert_fabric(fabric, 2, 8)  # T = 2: 4 chips of a node, 2 nodes
+    split = group_fabric(fabric, 8, 2)  # T = 2: 4 chips of a node, 2 nodes
     assert [(t.name, t.size) for t in split.tiers] == [("node", 4), ("scale-out", 2)]
     replicas = expert_data_fabric(fabric, 2, 8)  # the 2 replicas of 2 chips that hold the same experts
     assert replicas.num_chips == 4 and [(t.name, t.size) for t in replicas.tiers] == [("node", 2), ("scale-out", 2)]
