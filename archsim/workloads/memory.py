@@ -101,19 +101,16 @@ def memory_per_chip(trace: Trace) -> MemoryPerChip:
     updated: dict[str, int] = {}  # state the update touches
     for op in trace.ops:
         update = op.phase is Phase.UPDATE
-        for t in op.reads:
-            if t.role is Role.STATE:
+        for reading, tensors in ((True, op.reads), (False, op.writes)):
+            for t in tensors:
+                if t.role is not Role.STATE:
+                    continue
                 if update:
                     updated[t.name] = max(updated.get(t.name, 0), t.bytes)
-                else:
-                    touched.add(t.name)
+                    continue
+                touched.add(t.name)
+                if reading:
                     buffers[t.name] = t.bytes
-        for t in op.writes:
-            if t.role is Role.STATE:
-                if update:
-                    updated[t.name] = max(updated.get(t.name, 0), t.bytes)
-                else:
-                    touched.add(t.name)
     left = trace.memory_bytes
     parts: list[int] = []
     train = trace.mode is Mode.TRAIN
