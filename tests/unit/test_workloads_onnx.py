@@ -21,7 +21,7 @@ from archsim.spec.library import Library  # noqa: E402
 from archsim.workloads import build_trace  # noqa: E402
 from archsim.workloads.onnx_import import import_onnx  # noqa: E402
 from archsim.workloads.trace import Gemm, Mode, OpKind, Trace  # noqa: E402
-from tests.onnx_models import bert_base_model, resnet50_model, save  # noqa: E402
+from tests.onnx_models import bert_base_model, resnet50_model, save, small_cnn_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -281,3 +281,23 @@ def test_attention_node_is_the_decoders_attention(tmp_path: Path, causal: int) -
         Gemm(b * kv_heads, group * s, d, s),
     ]
     assert [op.flops for op in trace.ops if not op.gemm] == [(2 if causal else 1) * scores, 5 * scores]
+
+
+@pytest.mark.parametrize("name", ["strides", "pads", "dilations", "group"])
+def test_a_conv_attribute_of_the_wrong_type_is_one_line(tmp_path: Path, name: str) -> None:
+    # the fuzz test's find: a list attribute whose type byte became INT (its ints kept, so ONNX's shape
+    # inference still reads them) came back as the integer 0, and the conv failed with a TypeError
+    model = small_cnn_model()
+    conv = next(node for node in model.graph.node if node.op_type == "Conv")
+    found = [attr for attr in conv.attribute if attr.name == name]
+    attr = found[0] if found else conv.attribute.add()
+    if not found:
+        attr.CopyFrom(helper.make_attribute(name, [1, 1]))
+    attr.type = onnx.AttributeProto.INT
+    if name == "group":  # an integer attribute: 0 groups
+        attr.CopyFrom(helper.make_attribute(name, 0))
+    path = save(model, tmp_path / f"bad_{name}.onnx")
+    with pytest.raises(SpecError) as info:
+        import_onnx(path, Mode.INFER, 2, Precision.FP16, None)
+    assert f"node 'conv': {name}: expected" in info.value.line()
+    assert "\n" not in info.value.line()

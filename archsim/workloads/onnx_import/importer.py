@@ -141,6 +141,26 @@ class Importer:
         """The op's name: the node's, else its type and index."""
         return node.name or f"{node.op_type}_{index}"
 
+    def int_list(
+        self, node: Any, attrs: dict[str, Any], key: str, default: list[Any], count: int, least: int = 1
+    ) -> list[int]:
+        """Attribute ``key`` of ``node`` (else ``default``) as ``count`` integers of at least ``least``.
+
+        Anything else is a SpecError naming the node and the attribute.
+        """
+        value = attrs.get(key, default)
+        if (
+            not isinstance(value, list)
+            or len(value) != count
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= least for v in value)
+        ):
+            raise SpecError(
+                self.source,
+                f"node {node.name or node.op_type!r}: {key}",
+                f"expected {count} integer{'s' if count != 1 else ''} >= {least}, got {value!r}",
+            )
+        return list(value)
+
     # -- node kinds ------------------------------------------------------------------------------
 
     def conv(self, index: int, node: Any) -> None:
@@ -148,12 +168,12 @@ class Importer:
         attrs = node_attrs(node)
         x, w = self.info(node.input[0], node), self.info(node.input[1], node)
         y = self.info(node.output[0], node)
-        group = int(attrs.get("group", 1))
         spatial = len(w.dims or ()) - 2
         kernel = tuple(w.dims or ())[2:]
-        strides = attrs.get("strides", [1] * spatial)
-        dilations = attrs.get("dilations", [1] * spatial)
-        pads = attrs.get("pads", [0] * 2 * spatial)
+        group = self.int_list(node, {"group": [attrs.get("group", 1)]}, "group", [], 1)[0]
+        strides = self.int_list(node, attrs, "strides", [1] * spatial, spatial)
+        dilations = self.int_list(node, attrs, "dilations", [1] * spatial, spatial)
+        pads = self.int_list(node, attrs, "pads", [0] * 2 * spatial, 2 * spatial, least=0)
         assert x.dims is not None
         assert w.dims is not None
         assert y.dims is not None
