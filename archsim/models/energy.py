@@ -85,7 +85,7 @@ def operand_bits_per_mac(chip: ChipSpec, precision: Precision) -> float:
       (``os``, the partial sum stays), or one operand and a 32-bit partial sum (``ws``, ``is``);
     * IPU AMP units (whose shape is not published): both operands at the element width, no reuse.
     """
-    element = precision.bytes * BITS_PER_BYTE
+    element = precision.bits
     shape = chip.section.matrix_instruction_shape()
     if shape is not None:
         m, n, k = parse_shape(shape, 3)

@@ -111,18 +111,39 @@ class Precision(enum.StrEnum):
     INT8 = "int8"
 
     @property
-    def bytes(self) -> int:
-        """Bytes of one stored element (tf32 is stored as fp32)."""
-        return _ELEMENT_BYTES[self]
+    def bits(self) -> int:
+        """Bits of one stored element (tf32 is stored as fp32)."""
+        return _ELEMENT_BITS[self]
+
+    @property
+    def element_bytes(self) -> float:
+        """Bytes of one stored element as a number, for rates and capacities per element."""
+        return self.bits / BITS_PER_BYTE
+
+    def nbytes(self, elements: int) -> int:
+        """Bytes of ``elements`` stored elements: ``ceil(elements * bits / 8)``.
+
+        Exact for a precision of fewer than 8 bits too: ``n`` 4-bit elements are ``ceil(n / 2)`` bytes.
+        """
+        return -(-elements * self.bits // BITS_PER_BYTE)
+
+    def elements_in(self, nbytes: int) -> int:
+        """Elements stored in ``nbytes`` bytes: the inverse of :meth:`nbytes` for whole bytes.
+
+        Below 8 bits it is the count that fills the bytes (a half-empty last byte counts whole).
+        """
+        return nbytes * BITS_PER_BYTE // self.bits
 
 
-_ELEMENT_BYTES = {
-    Precision.FP32: 4,
-    Precision.TF32: 4,
-    Precision.FP16: 2,
-    Precision.BF16: 2,
-    Precision.FP8: 1,
-    Precision.INT8: 1,
+BITS_PER_BYTE = 8
+
+_ELEMENT_BITS = {
+    Precision.FP32: 32,
+    Precision.TF32: 32,
+    Precision.FP16: 16,
+    Precision.BF16: 16,
+    Precision.FP8: 8,
+    Precision.INT8: 8,
 }
 
 
