@@ -201,7 +201,7 @@ class TensorCoreModel:
         self.eff = efficiency
         fp32_fma = self.tc.cuda_core_fma_per_clock.get(Precision.FP32, 0)
         # packed half2 arithmetic doubles the CUDA-core rate for 16-bit element-wise work; CUDA cores
-        # have no 8-bit arithmetic, so fp8 and int8 element-wise work runs at the fp32 rate
+        # have no 8-bit (or 4-bit) arithmetic, so fp8, int8 and int4 element-wise work runs at the fp32 rate
         vector_scale = 2 if precision.bits == 16 else 1
         vector_flops = 2.0 * fp32_fma * vector_scale * self.tc.sm_count * chip.clock
         self.rates: ChipRates = chip_rates(chip, efficiency, precision, vector_flops)

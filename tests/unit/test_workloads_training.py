@@ -174,7 +174,7 @@ def test_peak_live_bytes() -> None:
 
 
 @pytest.mark.parametrize(
-    ("precision", "bits"), [(Precision.FP32, 32), (Precision.BF16, 16), (Precision.INT8, 8)]
+    ("precision", "bits"), [(Precision.FP32, 32), (Precision.BF16, 16), (Precision.INT8, 8), (Precision.INT4, 4)]
 )
 def test_bytes_follow_precision(precision: Precision, bits: int) -> None:
     graph = mlp(precision)
