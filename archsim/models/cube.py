@@ -36,7 +36,7 @@ from archsim.workloads.trace import Op
 TILE_SIDES = (16, 32, 64, 128, 256)
 """Candidate output-tile sides of one AI core, in elements (whole fractals)."""
 ACCUMULATOR_BYTES = 4
-"""The cube accumulates in fp32 (int32 for int8) in L0C."""
+"""The cube accumulates in fp32 (int32 for int8 and int4) in L0C."""
 L1_K_STEP = 256
 """Elements of ``K`` one L1 staging panel holds, so that each refill feeds the cube for at least
 ``L1_K_STEP / k_fractal`` clocks per fractal pair (estimate: long enough to hide an MTE transfer)."""

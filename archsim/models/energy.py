@@ -61,7 +61,7 @@ from archsim.spec.energy import EnergySpec
 
 BITS_PER_BYTE = 8
 ACCUMULATOR_BITS = 32
-"""Matrix units accumulate in fp32 (int32 for int8): a partial sum moves 32 bits."""
+"""Matrix units accumulate in fp32 (int32 for int8 and int4): a partial sum moves 32 bits."""
 SRAM_ACCESSES_PER_DRAM_BYTE = 2
 """Each byte from main memory is written into an on-chip buffer once and read out of it once."""
 

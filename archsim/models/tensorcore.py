@@ -50,7 +50,7 @@ TILE_SHAPES = ((256, 128, 256), (128, 256, 256), (128, 128, 256), (128, 64, 128)
 PIPELINE_STAGES = 2
 """Shared-memory buffers per operand tile (double buffering)."""
 ACCUMULATOR_BYTES = 4
-"""Accumulators are fp32 (int32 for int8)."""
+"""Accumulators are fp32 (int32 for int8 and int4)."""
 REGISTER_OVERHEAD = 2.0
 """Registers per block relative to its accumulators alone (operand fragments, addresses)."""
 WARPS_FOR_FULL_RATE = 8
