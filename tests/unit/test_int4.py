@@ -9,23 +9,28 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from hypothesis import given, settings
 
 from archsim import simulate
 from archsim.cli import main
+from archsim.models import cost_model_for
 from archsim.models.energy import chip_energy
 from archsim.plan import state_bytes_per_parameter
 from archsim.spec.common import Precision
 from archsim.spec.library import Library
+from archsim.stack import default_efficiency
 from archsim.sweep import run_sweep
+from archsim.testing.strategies import ops
 from archsim.workloads import build_trace
 from archsim.workloads.decoder import kv_bytes_per_token
 from archsim.workloads.graph import GraphBuilder
 from archsim.workloads.options import TraceOptions
-from archsim.workloads.trace import Mode, Role
+from archsim.workloads.trace import Mode, Op, Role
 from tests.unit.test_todays_chips import check_bounds, run_json
 
 INT4_CHIPS = {"a100-80gb": 1248e12, "a100-40gb": 1248e12, "mi250x": 383e12}
 """The chips with a published INT4 peak (TOPS, dense)."""
+LIBRARY = Library(use_env=False)
 
 
 def test_element_sizes_are_exact_for_half_bytes() -> None:
@@ -89,6 +94,17 @@ def test_int4_runs_at_its_own_peak(capsys: pytest.CaptureFixture[str], chip: str
     assert split4["activations"] * 2 == pytest.approx(split8["activations"], rel=1e-3)
 
 
+@pytest.mark.parametrize("chip", sorted(INT4_CHIPS))
+@settings(max_examples=25, deadline=None)
+@given(op=ops(Precision.INT4))
+def test_int4_ops_are_never_below_their_roofline(chip: str, op: Op) -> None:
+    spec = LIBRARY.chip(chip)
+    cost = cost_model_for(spec, default_efficiency(LIBRARY, spec), Precision.INT4, 0).cost(op)
+    assert cost.time_s >= cost.roofline_s > 0
+    if op.gemm is not None:
+        assert cost.time_s >= op.flops / spec.peak[Precision.INT4] * (1 - 1e-12)
+
+
 def test_a100_int4_doubles_the_int8_rate_on_a_compute_bound_product(capsys: pytest.CaptureFixture[str]) -> None:
     gemm = "gemm:8192x8192x8192"
     int4 = run_json(capsys, "run", "a100-80gb", gemm, "--precision", "int4")
@@ -100,8 +116,8 @@ def test_a100_int4_doubles_the_int8_rate_on_a_compute_bound_product(capsys: pyte
 
 def test_api_and_decoder_generation_at_int4(library: Library) -> None:
     common = {"mode": "generate", "batch": 8, "prompt_len": 128, "gen_len": 16, "library": library}
-    int4 = simulate("a100-80gb", "llama2-7b", precision="int4", **common)  # type: ignore[arg-type]
-    int8 = simulate("a100-80gb", "llama2-7b", precision="int8", **common)  # type: ignore[arg-type]
+    int4 = simulate("a100-80gb", "llama2-7b", precision="int4", **common)
+    int8 = simulate("a100-80gb", "llama2-7b", precision="int8", **common)
     assert int4.precision == "int4"
     assert int4.kv_cache_bytes is not None and int8.kv_cache_bytes is not None
     assert 2 * int4.kv_cache_bytes == int8.kv_cache_bytes

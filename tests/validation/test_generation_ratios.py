@@ -125,7 +125,7 @@ def largest_batch_throughput(library: Library, target: str, **options: Any) -> f
     assert probe.max_batch is not None
     result = simulate(target, "llama2-70b", batch=probe.max_batch, library=library, **options)
     assert result.output_tokens_per_s is not None
-    return result.output_tokens_per_s
+    return float(result.output_tokens_per_s)
 
 
 @pytest.mark.xfail(
