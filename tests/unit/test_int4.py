@@ -169,3 +169,12 @@ def test_a_sweep_has_a_precision_axis_with_int4(tmp_path: Path) -> None:
     refused = run_sweep(str(other), jobs=1, progress=False).set_index("run.precision")
     assert pd.isna(refused.loc["int8", "error"])
     assert "int4 is not supported" in refused.loc["int4", "error"]
+
+
+def test_compare_takes_int4_and_refuses_a_chip_without_it(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compare", "a100-40gb", "a100-80gb", "resnet50", "--precision", "int4"]) == 0
+    assert "a100-80gb" in capsys.readouterr().out
+    assert main(["compare", "a100-80gb", "h100", "resnet50", "--precision", "int4"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "h100: --precision: int4 is not supported" in err
