@@ -157,8 +157,8 @@ class ChipRates:
     """Whole-chip element-wise FLOP/s peak at this precision."""
     dram_bytes_per_s: float
     """Published main-memory bandwidth."""
-    element_bytes: int
-    """Bytes of one operand element at the run's precision."""
+    element_bytes: float
+    """Bytes of one operand element at the run's precision (0.5 for int4)."""
     efficiency: FamilyEfficiency
 
     @property
@@ -179,7 +179,7 @@ def gemm_of(op: Op) -> Gemm:
     return op.gemm
 
 
-def operand_bytes(op: Op, element_bytes: int) -> tuple[int, int, int]:
+def operand_bytes(op: Op, element_bytes: float) -> tuple[int, int, int]:
     """Bytes of a matrix op's ``A`` and ``B`` operands and of its other reads.
 
     An operand is counted at most at the size of its GEMM view: a strided 1x1 convolution reads
@@ -188,12 +188,12 @@ def operand_bytes(op: Op, element_bytes: int) -> tuple[int, int, int]:
     g = gemm_of(op)
     if len(op.reads) < 2:
         raise ValueError(f"op {op.name} reads {len(op.reads)} tensors, a matrix product's operands are two")
-    a = min(op.reads[0].bytes, g.batch * g.m * g.k * element_bytes)
-    b = min(op.reads[1].bytes, g.batch * g.k * g.n * element_bytes)
+    a = min(op.reads[0].bytes, math.ceil(g.batch * g.m * g.k * element_bytes))
+    b = min(op.reads[1].bytes, math.ceil(g.batch * g.k * g.n * element_bytes))
     return a, b, sum(t.bytes for t in op.reads[2:])
 
 
-def compulsory_bytes(op: Op, element_bytes: int) -> int:
+def compulsory_bytes(op: Op, element_bytes: float) -> int:
     """Bytes an op must move at least once between memory and the chip.
 
     Every tensor it touches, once; a matrix op's operands at most at their GEMM-view size.
@@ -222,7 +222,7 @@ def chip_rates(
         matrix_macs_per_clock=macs,
         vector_flops_per_s=min(vector_flops_per_s, 2.0 * macs * chip.clock),
         dram_bytes_per_s=chip.memory.main.bandwidth,
-        element_bytes=precision.bytes,
+        element_bytes=precision.element_bytes,
         efficiency=efficiency,
     )
 

@@ -36,7 +36,7 @@ from archsim.workloads.trace import Op
 TILE_SIDES = (16, 32, 64, 128, 256)
 """Candidate output-tile sides of one AI core, in elements (whole fractals)."""
 ACCUMULATOR_BYTES = 4
-"""The cube accumulates in fp32 (int32 for int8) in L0C."""
+"""The cube accumulates in fp32 (int32 for int8 and int4) in L0C."""
 L1_K_STEP = 256
 """Elements of ``K`` one L1 staging panel holds, so that each refill feeds the cube for at least
 ``L1_K_STEP / k_fractal`` clocks per fractal pair (estimate: long enough to hide an MTE transfer)."""
@@ -98,7 +98,7 @@ class CubeSection(FamilySection):
         return self.cube_shape
 
 
-def tile_fits(cube: CubeSection, tile_m: int, tile_n: int, frac_k: int, element_bytes: int) -> bool:
+def tile_fits(cube: CubeSection, tile_m: int, tile_n: int, frac_k: int, element_bytes: float) -> bool:
     """True when a ``tile_m x tile_n`` core tile fits L0A, L0B, L0C and L1 (double-buffered)."""
     return (
         2 * tile_m * frac_k * element_bytes <= cube.l0a
@@ -137,7 +137,7 @@ class CubeModel:
     def best_tile(self, op: Op, dram_bytes_per_s: float) -> CubeTile:
         """The core tile that fits the buffers and finishes first (ties: less cube time, then larger)."""
         best: CubeTile | None = None
-        e = self.precision.bytes
+        e = self.precision.element_bytes
         for tile_m in TILE_SIDES[::-1]:
             for tile_n in TILE_SIDES[::-1]:
                 if tile_m % self.frac_m or tile_n % self.frac_n:
@@ -158,7 +158,7 @@ class CubeModel:
         tiles = g.batch * m_tiles * n_tiles
         fractal_ops = (tile_m // self.frac_m) * (tile_n // self.frac_n) * ceil_div(g.k, self.frac_k)
         cycles = ceil_div(tiles, self.cube.ai_cores) * fractal_ops
-        dram = matrix_dram_bytes(op, m_tiles, n_tiles, self.cube.ai_cores, self.precision.bytes)
+        dram = matrix_dram_bytes(op, m_tiles, n_tiles, self.cube.ai_cores, self.precision.element_bytes)
         compute_s = cycles / eff.compute / self.chip.clock
         return CubeTile(tile_m, tile_n, tiles, cycles, dram, compute_s, dram / dram_bytes_per_s)
 

@@ -61,7 +61,7 @@ from archsim.spec.energy import EnergySpec
 
 BITS_PER_BYTE = 8
 ACCUMULATOR_BITS = 32
-"""Matrix units accumulate in fp32 (int32 for int8): a partial sum moves 32 bits."""
+"""Matrix units accumulate in fp32 (int32 for int8 and int4): a partial sum moves 32 bits."""
 SRAM_ACCESSES_PER_DRAM_BYTE = 2
 """Each byte from main memory is written into an on-chip buffer once and read out of it once."""
 
@@ -85,7 +85,7 @@ def operand_bits_per_mac(chip: ChipSpec, precision: Precision) -> float:
       (``os``, the partial sum stays), or one operand and a 32-bit partial sum (``ws``, ``is``);
     * IPU AMP units (whose shape is not published): both operands at the element width, no reuse.
     """
-    element = precision.bytes * BITS_PER_BYTE
+    element = precision.bits
     shape = chip.section.matrix_instruction_shape()
     if shape is not None:
         m, n, k = parse_shape(shape, 3)

@@ -24,7 +24,7 @@ def wave_shape(m_tiles: int, n_tiles: int, concurrent: int) -> tuple[int, int]:
     return wave_m, wave_n
 
 
-def matrix_dram_bytes(op: Op, m_tiles: int, n_tiles: int, concurrent: int, element_bytes: int) -> int:
+def matrix_dram_bytes(op: Op, m_tiles: int, n_tiles: int, concurrent: int, element_bytes: float) -> int:
     """Main-memory bytes of a tiled matrix op (reads are ``A``, ``B``, then any extras)."""
     if op.gemm is None or len(op.reads) < 2:
         return op.bytes

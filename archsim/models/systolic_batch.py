@@ -175,7 +175,7 @@ def _classes(folds: Ints) -> list[tuple[Ints, Ints]]:
 
 
 def matrix_costs(
-    op: Op, batch: ArrayBatch, element_bytes: int, compute: float, dram_bytes_per_s: Floats
+    op: Op, batch: ArrayBatch, element_bytes: float, compute: float, dram_bytes_per_s: Floats
 ) -> MatrixCosts:
     """The split of ``op``'s streamed dimension that finishes first on each configuration, and its cost.
 

@@ -50,7 +50,7 @@ TILE_SHAPES = ((256, 128, 256), (128, 256, 256), (128, 128, 256), (128, 64, 128)
 PIPELINE_STAGES = 2
 """Shared-memory buffers per operand tile (double buffering)."""
 ACCUMULATOR_BYTES = 4
-"""Accumulators are fp32 (int32 for int8)."""
+"""Accumulators are fp32 (int32 for int8 and int4)."""
 REGISTER_OVERHEAD = 2.0
 """Registers per block relative to its accumulators alone (operand fragments, addresses)."""
 WARPS_FOR_FULL_RATE = 8
@@ -201,8 +201,8 @@ class TensorCoreModel:
         self.eff = efficiency
         fp32_fma = self.tc.cuda_core_fma_per_clock.get(Precision.FP32, 0)
         # packed half2 arithmetic doubles the CUDA-core rate for 16-bit element-wise work; CUDA cores
-        # have no 8-bit arithmetic, so fp8 and int8 element-wise work runs at the fp32 rate
-        vector_scale = 2 if precision.bytes == 2 else 1
+        # have no 8-bit (or 4-bit) arithmetic, so fp8, int8 and int4 element-wise work runs at the fp32 rate
+        vector_scale = 2 if precision.bits == 16 else 1
         vector_flops = 2.0 * fp32_fma * vector_scale * self.tc.sm_count * chip.clock
         self.rates: ChipRates = chip_rates(chip, efficiency, precision, vector_flops)
         self._tile_memo = shared_tile_memo(chip, precision, efficiency)
@@ -215,7 +215,7 @@ class TensorCoreModel:
                 chip.name,
                 "tensorcore",
                 f"no thread-block tile fits one SM: the smallest ({m}x{n}, {threads} threads) needs "
-                f"{threads} threads, {(m + n) * TILE_K * precision.bytes * PIPELINE_STAGES} B of shared memory "
+                f"{threads} threads, {precision.nbytes((m + n) * TILE_K) * PIPELINE_STAGES} B of shared memory "
                 f"and {m * n * ACCUMULATOR_BYTES * REGISTER_OVERHEAD:.0f} B of registers",
             )
         per_tc = self.tc.tensor_fma_per_clock.get(precision)
@@ -279,7 +279,7 @@ class TensorCoreModel:
     def _blocks_per_sm(self, tile_m: int, tile_n: int, threads: int) -> int:
         """Thread blocks of a tile shape one SM holds at once (shared memory, registers, threads, blocks)."""
         tc = self.tc
-        smem = (tile_m + tile_n) * TILE_K * self.precision.bytes * PIPELINE_STAGES
+        smem = self.precision.nbytes((tile_m + tile_n) * TILE_K) * PIPELINE_STAGES
         registers = tile_m * tile_n * ACCUMULATOR_BYTES * REGISTER_OVERHEAD
         return min(
             tc.max_blocks_per_sm,
@@ -306,7 +306,7 @@ class TensorCoreModel:
         waves = ceil_div(tiles_on_busiest_sm, blocks_per_sm)
         eff = self.eff
         rate = self.sm_macs_per_clock * self._compute_fraction(op) * occupancy * self.chip.clock
-        dram = matrix_dram_bytes(op, m_tiles, n_tiles, tc.sm_count * blocks_per_sm, self.precision.bytes)
+        dram = matrix_dram_bytes(op, m_tiles, n_tiles, tc.sm_count * blocks_per_sm, self.precision.element_bytes)
         if split > 1:
             # partial sums go out in fp32 and are read back by the reduction
             dram += 2 * split * gemm.batch * gemm.m * gemm.n * ACCUMULATOR_BYTES

@@ -72,7 +72,7 @@ class Group:
 
 
 def _array_batch(group: Group) -> ArrayBatch:
-    e = group.trace.precision.bytes
+    words = group.trace.precision.elements_in
     sections = [c.section_of(SystolicSection) for c in group.chips]
 
     def ints(values: list[int]) -> npt.NDArray[np.int64]:
@@ -83,9 +83,9 @@ def _array_batch(group: Group) -> ArrayBatch:
         dataflow=s0.dataflow,
         rows=ints([s.array_rows for s in sections]),
         cols=ints([s.array_cols for s in sections]),
-        ifmap_sram_words=ints([s.ifmap_sram // e for s in sections]),
-        filter_sram_words=ints([s.filter_sram // e for s in sections]),
-        ofmap_sram_words=ints([s.ofmap_sram // e for s in sections]),
+        ifmap_sram_words=ints([words(s.ifmap_sram) for s in sections]),
+        filter_sram_words=ints([words(s.filter_sram) for s in sections]),
+        ofmap_sram_words=ints([words(s.ofmap_sram) for s in sections]),
         arrays=ints([s.cores * s.arrays_per_core for s in sections]),
         macs_per_pe=ints([s.mac_per_pe_per_clock[group.trace.precision] for s in sections]),
         clock_hz=np.array([c.clock for c in group.chips]),
@@ -112,7 +112,7 @@ def evaluate(group: Group) -> list[RunResult | None]:
     trace, chips = group.trace, group.chips
     eff = FamilyEfficiency.resolve(group.efficiency, chips[0].name)
     precision = trace.precision
-    e = precision.bytes
+    e = precision.element_bytes
     batch = _array_batch(group)
     n = len(chips)
     macs = np.array([c.macs_per_clock(precision) for c in chips], dtype=np.int64)

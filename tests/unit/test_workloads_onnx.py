@@ -77,9 +77,9 @@ def test_bert_base_flops_within_a_percent_and_differences_explained(bert_file: P
         ]
     matrix_flops = sum(op.flops for op in imported.ops if op.kind is OpKind.MATMUL)
     assert matrix_flops == sum(op.flops for op in builtin.ops if op.kind is OpKind.MATMUL)
-    hidden_reads = 2 * 12 * b * s * h * Precision.FP16.bytes  # (1): x read by K and V as well
-    scores = 2 * 12 * b * 12 * s * s * Precision.FP16.bytes  # (2)
-    partial_sum = 2 * b * s * h * Precision.FP16.bytes  # (3)
+    hidden_reads = 2 * 12 * Precision.FP16.nbytes(b * s * h)  # (1): x read by K and V as well
+    scores = 2 * 12 * Precision.FP16.nbytes(b * 12 * s * s)  # (2)
+    partial_sum = 2 * Precision.FP16.nbytes(b * s * h)  # (3)
     mask_ops = 14 * b * s  # (4): Cast reads 4 and writes 2 bytes per element, Sub and Mul read and write 2
     assert imported.ops[0].bytes == builtin.ops[0].bytes
     extra = hidden_reads + scores + partial_sum + mask_ops
