@@ -132,6 +132,25 @@ class TensorCoreSection(FamilySection):
         """The tensor core's ``MxNxK`` (None without tensor cores)."""
         return self.mma_shape
 
+    def simt_ops_per_instruction(self, precision: Precision, matrix: bool) -> int | None:
+        """The CUDA cores' work per lane instruction; None for matrix work the tensor cores run.
+
+        A matrix product at a precision the tensor cores lack runs on the CUDA cores, one FMA per lane
+        instruction, or two where the precision's rate is twice fp32's (Pascal's packed half2);
+        element-wise work packs two 16-bit values per instruction, as the cost model's vector rate does.
+        """
+        if matrix and precision in self.tensor_fma_per_clock and self.tensor_cores_per_sm is not None:
+            return None
+        if not matrix:
+            return 2 if precision.bytes == 2 else 1
+        fp32 = self.cuda_core_fma_per_clock.get(Precision.FP32, 0)
+        rate = self.cuda_core_fma_per_clock.get(precision, 0)
+        return max(1, rate // fp32) if fp32 else 1
+
+    def simt_lanes(self) -> int:
+        """The CUDA cores' FP32 lanes: SMs x FP32 FMAs per SM per clock."""
+        return self.sm_count * self.cuda_core_fma_per_clock.get(Precision.FP32, 0)
+
 
 @dataclass(frozen=True, slots=True)
 class TensorCoreEfficiency(FamilyEfficiency):

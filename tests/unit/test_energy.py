@@ -321,9 +321,35 @@ def test_lane_activation_is_paid_by_instruction_issued_matrix_units_while_they_r
 
 def test_a_dense_gemm_draws_the_tdp_of_the_tensor_core_gpus(library: Library) -> None:
     # the acceptance of issue 17: within 15% of the TDP, or held at it by the DVFS throttle; a100-40gb/80gb
-    # (80% of 400 W), mi250x (60% of 560 W) and p100 (25%: fp16 on CUDA cores, no tensor cores) fall short
+    # (80% of 400 W), mi250x (60% of 560 W) and p100 (47%: fp16 on CUDA cores, no tensor cores) fall short
     # (README, "Energy, power and area")
     for name in ("v100", "v100-32gb", "h100", "h100-pcie", "h200", "b200", "mi300x"):
         run = simulate(name, "gemm:8192x8192x8192", library=library)
         tdp = library.chip(name).tdp_w
         assert tdp is not None and 0.85 * tdp <= run.power_w <= tdp * (1 + 1e-9), name
+
+
+def test_simt_cores_pay_instruction_issue_and_their_own_lane_activation(library: Library) -> None:
+    tech = library.energy()
+    p100 = library.chip("p100")  # fp16 on CUDA cores as packed half2: two FMAs per lane instruction
+    energy = chip_energy(p100, tech, Precision.FP16, 0.0)
+    assert energy.matrix_instruction_j == pytest.approx(tech.simt_instruction * 90 / 160 / 2)
+    assert energy.register_mac_j == 0.0  # operand fetch is part of the instruction's overhead
+    assert energy.matrix_active_w == pytest.approx(56 * 64 * p100.clock * tech.simt_lane_cycle * 90 / 160)
+    # AccelWattch's 38.62 W (INT+FP kernels, 5120 lanes at 1447 MHz), per lane at the P100's clock
+    assert energy.matrix_active_w == pytest.approx(38.62 * 56 / 80 * p100.clock / 1.447e9, rel=1e-3)
+    v100 = library.chip("v100")
+    tensor = chip_energy(v100, tech, Precision.FP16, 0.0)  # tensor cores amortize issue over MxNxK MACs
+    assert tensor.matrix_instruction_j == 0.0 and tensor.register_mac_j > 0.0
+    assert tensor.vector_instruction_j == pytest.approx(tech.simt_instruction * 90 / 160 / 2)
+    fp32 = chip_energy(v100, tech, Precision.FP32, 0.0)  # no fp32 tensor cores on Volta: CUDA cores run it
+    assert fp32.matrix_instruction_j == pytest.approx(tech.simt_instruction * 90 / 160)
+    assert fp32.matrix_active_w < tensor.matrix_active_w
+    for other in ("tpu-v4", "gc200", "ascend910"):  # no SIMT cores: no instruction issue priced
+        chip = chip_energy(library.chip(other), tech, Precision.FP16, 0.0)
+        assert chip.matrix_instruction_j == chip.vector_instruction_j == 0.0
+    op = energy.op_energy(True, 2 * 10**9, 0, 1e-3)
+    assert op.instruction_j == pytest.approx(10**9 * energy.matrix_instruction_j)
+    assert op.total_j == pytest.approx(op.compute_j + op.sram_j + op.dram_j + op.activation_j + op.instruction_j)
+    run = simulate("p100", "gemm:4096x4096x4096", library=library)
+    assert run.energy_breakdown_j["instruction"] == pytest.approx(4096**3 * energy.matrix_instruction_j)
