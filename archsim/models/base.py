@@ -70,6 +70,9 @@ class OpCost:
     fill_s: float = 0.0
     """Array fill and drain (systolic arrays): part of ``compute_s``, but a fixed cost of running the op
     rather than its arithmetic, so :meth:`terms` counts it with the overhead."""
+    onchip_bytes: int = 0
+    """Operand bytes the op stages from the L2 into the compute units' shared memory (a tensor-core
+    GPU's tiled matrix kernels: every tile's A and B panels); 0 where the model counts none."""
 
     def terms(self) -> dict[Bound, float]:
         """The terms the label compares (:func:`bound_of`): fill and drain move from compute to overhead."""

@@ -12,6 +12,9 @@ already produced (:class:`archsim.models.base.OpCost` and the op itself):
   for HBM or DDR, given in ``memory/*.yaml``), plus the same bytes written into and read back out
   of an on-chip SRAM buffer once each (``2 x bytes`` at the SRAM energy per bit), the staging every
   family does between memory and its compute units.
+* the operand bytes a tiled GPU matrix kernel stages from the L2 into shared memory (the tensor-core
+  cost model's count: every tile's A and B panels over its K loop), read once from the L2 at
+  ``l2_read`` and written into and read out of shared memory once each at the SRAM energy per bit.
 
 * while a matrix op runs, the matrix unit's lane activation: every MAC lane of the chip (its MACs
   per clock at its default precision) for every clock of the op, busy or not, at
@@ -27,7 +30,7 @@ already produced (:class:`archsim.models.base.OpCost` and the op itself):
   there pays the SIMT lanes' activation (``simt_lane_cycle``, AccelWattch's INT+FP category) instead of
   the matrix unit's.
 
-Caches between SRAM and main memory (L2), the operand networks and wires are not counted per action,
+The L2's own traffic with main memory, the operand networks and wires are not counted per action,
 and neither is the issue of matrix instructions (a tensor-core MMA amortizes it over its MxNxK MACs):
 no cost model produces those counts, so the dynamic energy is a lower bound of what the silicon spends.
 
@@ -165,20 +168,27 @@ class ChipEnergy:
     """SIMT instruction issue per MAC of a matrix op run on SIMT cores (0 on a matrix unit)."""
     vector_instruction_j: float = 0.0
     """SIMT instruction issue per FLOP of an element-wise op run on SIMT cores (0 elsewhere)."""
+    l2_bit_j: float = 0.0
+    """One bit read from the L2 (:attr:`~archsim.spec.energy.EnergySpec.l2_read`, node-scaled)."""
 
     @property
     def smallest_op_j(self) -> float:
         """The cheapest arithmetic action: a lower bound of the energy of each FLOP pair."""
         return min(self.mac_j, self.vector_op_j)
 
-    def op_energy(self, matrix: bool, flops: int, dram_bytes: int, seconds: float) -> OpEnergy:
-        """Dynamic energy of one op from its counts and its time at the nominal clock (module docstring)."""
+    def op_energy(self, matrix: bool, flops: int, dram_bytes: int, seconds: float, onchip_bytes: int = 0) -> OpEnergy:
+        """Dynamic energy of one op from its counts and its time at the nominal clock (module docstring).
+
+        ``onchip_bytes``: operand bytes staged from the L2 into shared memory (the cost model's count).
+        """
         compute_j = flops / 2 * self.mac_j if matrix else flops * self.vector_op_j
         bits = dram_bytes * BITS_PER_BYTE
+        staged = onchip_bytes * BITS_PER_BYTE
         return OpEnergy(
             compute_j=compute_j,
             register_j=flops / 2 * self.register_mac_j if matrix else 0.0,
-            sram_j=SRAM_ACCESSES_PER_DRAM_BYTE * bits * self.sram_bit_j,
+            sram_j=SRAM_ACCESSES_PER_DRAM_BYTE * (bits + staged) * self.sram_bit_j,
+            l2_j=staged * self.l2_bit_j,
             dram_j=bits * self.dram_bit_j,
             activation_j=self.matrix_active_w * seconds if matrix else 0.0,
             instruction_j=flops / 2 * self.matrix_instruction_j if matrix else flops * self.vector_instruction_j,
@@ -193,6 +203,8 @@ class OpEnergy:
     register_j: float
     sram_j: float
     dram_j: float
+    l2_j: float
+    """The L2 reads of the operand bytes staged into shared memory (0 where the model counts none)."""
     activation_j: float
     """The matrix unit's lane activation over the op's time (0 for a vector op)."""
     instruction_j: float = 0.0
@@ -201,7 +213,15 @@ class OpEnergy:
     @property
     def total_j(self) -> float:
         """All of it."""
-        return self.compute_j + self.register_j + self.sram_j + self.dram_j + self.activation_j + self.instruction_j
+        return (
+            self.compute_j
+            + self.register_j
+            + self.sram_j
+            + self.l2_j
+            + self.dram_j
+            + self.activation_j
+            + self.instruction_j
+        )
 
 
 def transistor_area_mm2(chip: ChipSpec, tech: EnergySpec) -> float | None:
@@ -279,6 +299,7 @@ def chip_energy(
         vector_op_j=tech.vector_op[precision] * scale,
         register_mac_j=register_mac_j,
         sram_bit_j=tech.sram_read * scale,
+        l2_bit_j=tech.l2_read * scale,
         dram_bit_j=dram_bit_j,
         matrix_active_w=matrix_active_w,
         area_mm2=area,

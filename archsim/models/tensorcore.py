@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pydantic import Field, model_validator
 
@@ -76,6 +76,8 @@ class TileChoice:
     compute_s: float
     dram_bytes: int
     memory_s: float
+    onchip_bytes: int = 0
+    """A and B panel bytes every tile stages from the L2 into shared memory over its K loop."""
 
 
 class TensorCoreSection(FamilySection):
@@ -249,9 +251,10 @@ class TensorCoreModel:
         dram_bw = self.rates.dram_bytes_per_s * eff.memory_bandwidth
         if op.gemm is not None:
             choice = self.best_tile(op, dram_bw)
-            return finish(
+            cost = finish(
                 self.rates, op, choice.compute_s, choice.memory_s, eff.op_overhead, choice.dram_bytes, Unit.MATRIX
             )
+            return replace(cost, onchip_bytes=choice.onchip_bytes)
         compute_s = op.flops / (self.rates.vector_flops_per_s * eff.vector)
         dram = op.bytes + statistics_reread_bytes(op, self.onchip_bytes)
         return finish(self.rates, op, compute_s, dram / dram_bw, eff.op_overhead, dram, Unit.VECTOR)
@@ -337,6 +340,7 @@ class TensorCoreModel:
             macs_on_busiest_sm / rate + waves * eff.wave_overhead,
             dram,
             dram / dram_bytes_per_s,
+            tiles * (tile_m + tile_n) * k_steps * TILE_K * self.precision.bytes,
         )
 
 

@@ -39,6 +39,8 @@ class EnergySpec(Spec):
     """One bit read from or written to the registers that feed the matrix unit, at the reference node."""
     sram_read: EnergyPerBit
     """One bit read from or written to an on-chip SRAM buffer at the reference node."""
+    l2_read: EnergyPerBit
+    """One bit read from a chip-wide last-level SRAM cache (a GPU's L2) at the reference node."""
     mac_area: dict[Precision, Area]
     """Silicon of one MAC unit (multiplier and adder) at the reference node."""
     sram_bit_area: Area

@@ -141,7 +141,7 @@ def evaluate(group: Group) -> list[RunResult | None]:
             "vector_instruction_j",
         )
     }
-    parts = {part: np.zeros(n) for part in ("compute", "register", "sram", "dram", "activation", "instruction")}
+    parts = {part: np.zeros(n) for part in ("compute", "register", "sram", "l2", "dram", "activation", "instruction")}
     by_bound = np.zeros((len(_BOUNDS), n))
     ends: list[Floats] = []
     unit_free: dict[Unit, Floats] = {}
