@@ -77,7 +77,7 @@ class TileChoice:
     dram_bytes: int
     memory_s: float
     onchip_bytes: int = 0
-    """A and B panel bytes every tile stages from the L2 into shared memory over its K loop."""
+    """A and B panel bytes the tiles stage from the L2 into shared memory over their K loops."""
 
 
 class TensorCoreSection(FamilySection):
@@ -340,7 +340,9 @@ class TensorCoreModel:
             macs_on_busiest_sm / rate + waves * eff.wave_overhead,
             dram,
             dram / dram_bytes_per_s,
-            tiles * (tile_m + tile_n) * k_steps * TILE_K * self.precision.bytes,
+            # each output tile column re-reads all of A, each tile row all of B (edge tiles load only
+            # their real rows and columns; split-K divides K, not the panels)
+            gemm.batch * (n_tiles * gemm.m + m_tiles * gemm.n) * gemm.k * self.precision.bytes,
         )
 
 
