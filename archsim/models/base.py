@@ -239,10 +239,12 @@ def finish(
     dram_bytes: int,
     unit: Unit,
     fill_s: float = 0.0,
+    onchip_bytes: int = 0,
 ) -> OpCost:
     """Assemble an OpCost for a unit that overlaps compute with memory traffic (double-buffered).
 
-    ``fill_s`` is the part of ``compute_s`` a systolic array spends filling and draining.
+    ``fill_s`` is the part of ``compute_s`` a systolic array spends filling and draining;
+    ``onchip_bytes`` the operands a tiled GPU kernel stages from the L2 (:attr:`OpCost.onchip_bytes`).
     """
     roofline_s = rates.roofline_s(op)
     busy_s = max(compute_s, memory_s, roofline_s)
@@ -256,6 +258,7 @@ def finish(
         bound=bound_of(compute_s, memory_s, overhead_s, fill_s=fill_s),
         unit=unit,
         fill_s=fill_s,
+        onchip_bytes=onchip_bytes,
     )
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from pydantic import Field, model_validator
 
@@ -251,10 +251,16 @@ class TensorCoreModel:
         dram_bw = self.rates.dram_bytes_per_s * eff.memory_bandwidth
         if op.gemm is not None:
             choice = self.best_tile(op, dram_bw)
-            cost = finish(
-                self.rates, op, choice.compute_s, choice.memory_s, eff.op_overhead, choice.dram_bytes, Unit.MATRIX
+            return finish(
+                self.rates,
+                op,
+                choice.compute_s,
+                choice.memory_s,
+                eff.op_overhead,
+                choice.dram_bytes,
+                Unit.MATRIX,
+                onchip_bytes=choice.onchip_bytes,
             )
-            return replace(cost, onchip_bytes=choice.onchip_bytes)
         compute_s = op.flops / (self.rates.vector_flops_per_s * eff.vector)
         dram = op.bytes + statistics_reread_bytes(op, self.onchip_bytes)
         return finish(self.rates, op, compute_s, dram / dram_bw, eff.op_overhead, dram, Unit.VECTOR)
