@@ -70,6 +70,9 @@ class OpCost:
     fill_s: float = 0.0
     """Array fill and drain (systolic arrays): part of ``compute_s``, but a fixed cost of running the op
     rather than its arithmetic, so :meth:`terms` counts it with the overhead."""
+    onchip_bytes: int = 0
+    """Operand bytes the op stages from the L2 into the compute units' shared memory (a tensor-core
+    GPU's tiled matrix kernels: every tile's A and B panels); 0 where the model counts none."""
 
     def terms(self) -> dict[Bound, float]:
         """The terms the label compares (:func:`bound_of`): fill and drain move from compute to overhead."""
@@ -236,10 +239,12 @@ def finish(
     dram_bytes: int,
     unit: Unit,
     fill_s: float = 0.0,
+    onchip_bytes: int = 0,
 ) -> OpCost:
     """Assemble an OpCost for a unit that overlaps compute with memory traffic (double-buffered).
 
-    ``fill_s`` is the part of ``compute_s`` a systolic array spends filling and draining.
+    ``fill_s`` is the part of ``compute_s`` a systolic array spends filling and draining;
+    ``onchip_bytes`` the operands a tiled GPU kernel stages from the L2 (:attr:`OpCost.onchip_bytes`).
     """
     roofline_s = rates.roofline_s(op)
     busy_s = max(compute_s, memory_s, roofline_s)
@@ -253,6 +258,7 @@ def finish(
         bound=bound_of(compute_s, memory_s, overhead_s, fill_s=fill_s),
         unit=unit,
         fill_s=fill_s,
+        onchip_bytes=onchip_bytes,
     )
 
 

@@ -76,6 +76,8 @@ class TileChoice:
     compute_s: float
     dram_bytes: int
     memory_s: float
+    onchip_bytes: int = 0
+    """A and B panel bytes the tiles stage from the L2 into shared memory over their K loops."""
 
 
 class TensorCoreSection(FamilySection):
@@ -131,6 +133,25 @@ class TensorCoreSection(FamilySection):
     def matrix_instruction_shape(self) -> str | None:
         """The tensor core's ``MxNxK`` (None without tensor cores)."""
         return self.mma_shape
+
+    def simt_ops_per_instruction(self, precision: Precision, matrix: bool) -> int | None:
+        """The CUDA cores' work per lane instruction; None for matrix work the tensor cores run.
+
+        A matrix product at a precision the tensor cores lack runs on the CUDA cores, one FMA per lane
+        instruction, or two where the precision's rate is twice fp32's (Pascal's packed half2);
+        element-wise work packs two 16-bit values per instruction, as the cost model's vector rate does.
+        """
+        if matrix and precision in self.tensor_fma_per_clock and self.tensor_cores_per_sm is not None:
+            return None
+        if not matrix:
+            return 2 if precision.bytes == 2 else 1
+        fp32 = self.cuda_core_fma_per_clock.get(Precision.FP32, 0)
+        rate = self.cuda_core_fma_per_clock.get(precision, 0)
+        return max(1, rate // fp32) if fp32 else 1
+
+    def simt_lanes(self) -> int:
+        """The CUDA cores' FP32 lanes: SMs x FP32 FMAs per SM per clock."""
+        return self.sm_count * self.cuda_core_fma_per_clock.get(Precision.FP32, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +252,14 @@ class TensorCoreModel:
         if op.gemm is not None:
             choice = self.best_tile(op, dram_bw)
             return finish(
-                self.rates, op, choice.compute_s, choice.memory_s, eff.op_overhead, choice.dram_bytes, Unit.MATRIX
+                self.rates,
+                op,
+                choice.compute_s,
+                choice.memory_s,
+                eff.op_overhead,
+                choice.dram_bytes,
+                Unit.MATRIX,
+                onchip_bytes=choice.onchip_bytes,
             )
         compute_s = op.flops / (self.rates.vector_flops_per_s * eff.vector)
         dram = op.bytes + statistics_reread_bytes(op, self.onchip_bytes)
@@ -318,6 +346,9 @@ class TensorCoreModel:
             macs_on_busiest_sm / rate + waves * eff.wave_overhead,
             dram,
             dram / dram_bytes_per_s,
+            # each output tile column re-reads all of A, each tile row all of B (edge tiles load only
+            # their real rows and columns; split-K divides K, not the panels)
+            gemm.batch * (n_tiles * gemm.m + m_tiles * gemm.n) * gemm.k * self.precision.bytes,
         )
 
 
