@@ -144,7 +144,7 @@ class TensorCoreSection(FamilySection):
         if matrix and precision in self.tensor_fma_per_clock and self.tensor_cores_per_sm is not None:
             return None
         if not matrix:
-            return 2 if precision.bytes == 2 else 1
+            return 2 if precision.bits == 16 else 1
         fp32 = self.cuda_core_fma_per_clock.get(Precision.FP32, 0)
         rate = self.cuda_core_fma_per_clock.get(precision, 0)
         return max(1, rate // fp32) if fp32 else 1
@@ -348,7 +348,7 @@ class TensorCoreModel:
             dram / dram_bytes_per_s,
             # each output tile column re-reads all of A, each tile row all of B (edge tiles load only
             # their real rows and columns; split-K divides K, not the panels)
-            gemm.batch * (n_tiles * gemm.m + m_tiles * gemm.n) * gemm.k * self.precision.bytes,
+            self.precision.nbytes(gemm.batch * (n_tiles * gemm.m + m_tiles * gemm.n) * gemm.k),
         )
 
 
