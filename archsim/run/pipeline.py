@@ -18,10 +18,11 @@ from archsim.engine.replay import OpTiming, replay
 from archsim.errors import UsageError
 from archsim.models.base import OpCost
 from archsim.models.placement import Placement, place
-from archsim.run.context import RunOutput, SystemContext
+from archsim.results.records import RunResult
+from archsim.run.context import SystemContext
 from archsim.run.expert_parallel import EXPERT_PARALLEL_NOTE, expert_data_fabric
 from archsim.run.remedies import system_changes
-from archsim.run.system_result import system_result, timeline
+from archsim.run.system_result import notify, system_result
 from archsim.run.tensor_parallel import TENSOR_PARALLEL_NOTE
 from archsim.workloads.expert_parallel import is_expert_gradient
 from archsim.workloads.memory import memory_per_chip, resident_bytes
@@ -30,7 +31,7 @@ from archsim.workloads.trace import Mode, Op, Phase, Trace
 from archsim.workloads.transforms import gradient_buckets
 
 
-def pipelined(context: SystemContext, trace: Trace, microbatches: int) -> RunOutput:
+def pipelined(context: SystemContext, trace: Trace, microbatches: int) -> RunResult:
     """One step of ``microbatches`` microbatches of ``trace`` through the context's pipeline stages."""
     if trace.has_link_comm:  # a Chakra ET's communication runs on the data-parallel path only
         raise UsageError(trace.name, "--pipeline-stages", "a trace with communication ops runs data parallel only")
@@ -105,7 +106,8 @@ def pipelined(context: SystemContext, trace: Trace, microbatches: int) -> RunOut
     )
     if chunks > 1:
         result = replace(result, interleave=chunks)
-    return RunOutput(result, timeline(context, chip_spans, outcome.comm))
+    notify(context, chip_spans, outcome.comm)
+    return result
 
 
 def chip_needs(staged: list[tuple[Stage, memory_fit.Need]], chips: int) -> list[memory_fit.Need]:

@@ -137,7 +137,7 @@ def rank_traces(request: Any, library: Library, *, all_ranks: bool = False) -> l
     if request.mode is Mode.GENERATE:
         raise UsageError(request.workload, "--mode", "generate is a prefill then decode steps: export one of them")
     built = build(request, library)
-    result = replay_built(built, library).result
+    result = replay_built(built, library)
     options = built.options
     step = _Step(
         chips=result.num_chips,
