@@ -46,12 +46,12 @@ from pathlib import Path
 from typing import Any
 
 from archsim.engine.parallel import Schedule, stage_order
-from archsim.engine.records import BlockKind
 from archsim.errors import UsageError
 from archsim.outfile import write_file
 from archsim.results.records import RunResult
 from archsim.spec.library import Library
 from archsim.workloads.chakra_format import chakra_bytes
+from archsim.workloads.microbatches import BlockKind
 from archsim.workloads.pipeline import Stage, stage_memory_bytes, stages_of_ops
 from archsim.workloads.trace import CommGroup, CommKind, Mode, Op, Phase, Trace
 from archsim.workloads.transforms import comm_op, gradient_buckets
