@@ -15,7 +15,6 @@ from archsim.cli import positive_int
 from archsim.errors import UnitError
 from archsim.results.records import RunResult
 from archsim.results.timeline import write_timeline
-from archsim.run.observers import TimelineRecorder
 from archsim.run.request import RunRequest
 from archsim.run.runner import run
 from archsim.spec.library import Library
@@ -129,6 +128,8 @@ def simulate_args(args: argparse.Namespace) -> RunResult:
     request = RunRequest.of(args.target, args.workload, **request_options(args))
     if args.timeline is None:
         return run(request, Library(args.lib))
+    from archsim.run.observers import TimelineRecorder  # only a run that writes a timeline records one
+
     recorder = TimelineRecorder()
     result = run(request, Library(args.lib), observers=[recorder])
     write_timeline(recorder.timeline, args.timeline)

@@ -16,7 +16,6 @@ from archsim.engine.options import DEFAULT_CHUNK_BYTES, Schedule
 from archsim.engine.records import LinkStatistics
 from archsim.models import cost_model_for
 from archsim.models.base import CostModel, framework_overhead_s
-from archsim.run.observers import RunObserver
 from archsim.run.request import Layout
 from archsim.run.tensor_parallel import GroupCalls, StreamCommModel
 from archsim.spec.chip import ChipSpec
@@ -34,6 +33,7 @@ if TYPE_CHECKING:  # the multi-chip engine's types: a one-chip run never loads t
     from archsim.engine.parallel import CommOptions, CommPlan
     from archsim.models.interconnect import Fabric
     from archsim.models.placement import Placement
+    from archsim.run.observers import RunObserver
     from archsim.spec.system import SystemSpec
 
 

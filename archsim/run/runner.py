@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from archsim import memory_fit
 from archsim.errors import UsageError
@@ -22,7 +23,6 @@ from archsim.results.timeline import TimelineSpan
 from archsim.run import generation
 from archsim.run.chip import replay_on_chip
 from archsim.run.context import SystemOptions
-from archsim.run.observers import RunObserver, Shifted
 from archsim.run.request import RunRequest
 from archsim.run.target import Target, fabric_for, resolve
 from archsim.spec.chip import ChipSpec
@@ -35,6 +35,9 @@ from archsim.workloads import build_trace, microbatch_trace
 from archsim.workloads.memory import trace_recompute, update_only_bytes
 from archsim.workloads.options import Recompute, TraceOptions
 from archsim.workloads.trace import Mode, Trace
+
+if TYPE_CHECKING:  # a plain run attaches no observer: the module is loaded where one is used
+    from archsim.run.observers import RunObserver
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,8 @@ def run_generate(request: RunRequest, library: Library, *, observers: Sequence[R
         else:
             decode = build(replace(decode_request, batch=batch), library)
     first = replay_built(prefill, library, observers=observers)
+    from archsim.run.observers import Shifted
+
     after = [Shifted(observer, first.step_time_s, "decode.") for observer in observers]
     step = replay_built(decode, library, observers=after)
     gen_len = step.gen_len
