@@ -307,12 +307,12 @@ def pipeline_step(
 
     Chip ``d`` runs its program as :func:`price_programs` priced it. A segment starts once the chip
     has ended the previous one and its receive has arrived, and its ops run as priced from its start.
-    Its send leaves when it ends, over the links between the two
-    stages' chips (virtual stage ``k`` is on chip ``k mod len(programs)``). The all-reduces run one
-    after another on the chip's communication stream, each once its writers have run, the expert
-    gradients' over ``expert_placement`` (with ``options.overlap`` off, once the whole segment they
-    follow has run); the updates run once the segments and all-reduces are done.
-    ``observers`` are told of every transfer on a link (statistics, a timeline).
+    Its send leaves when it ends, over the links between the two stages' chips (virtual stage ``k``
+    is on chip ``k mod len(programs)``). The all-reduces run one after another on the chip's
+    communication stream, each once its writers have run (with ``options.overlap`` off, once the
+    whole segment they follow has), the expert gradients' over ``expert_placement``; the updates run
+    once the segments and all-reduces are done. ``observers`` are told of every transfer on a link
+    (statistics, a timeline).
     """
     import simpy  # loaded only where SimPy runs (a one-chip run never does)
 
