@@ -103,4 +103,4 @@ def simulate(
         zero=zero,
         expert_parallel=expert_parallel,
     )
-    return run(request, library or Library(search_path)).result
+    return run(request, library or Library(search_path))

@@ -235,7 +235,7 @@ class RunRecord:
 def record_run(spec: RunSpec, library: Library, keep_errors: bool) -> RunRecord:
     """Simulate ``spec`` and keep its columns; an ArchsimError is kept as the record's error if asked."""
     try:
-        result = run(spec.request(), library).result
+        result = run(spec.request(), library)
     except ArchsimError as err:
         if not keep_errors:
             raise

@@ -46,6 +46,7 @@ def simulate_run(args: argparse.Namespace) -> tuple[RunResult, Library, Timeline
 
     The timeline is recorded so that the timeline figure shows the links' lanes as the Perfetto export does.
     """
+    from archsim.run.observers import TimelineRecorder
     from archsim.run.request import RunRequest
     from archsim.run.runner import run
     from archsim.spec.library import Library
@@ -68,8 +69,9 @@ def simulate_run(args: argparse.Namespace) -> tuple[RunResult, Library, Timeline
         recompute=args.recompute,
         streaming_memory=args.streaming_memory,
     )
-    output = run(request, library, record=True)
-    return output.result, library, output.timeline
+    recorder = TimelineRecorder()
+    result = run(request, library, observers=[recorder])
+    return result, library, recorder.timeline
 
 
 def write_output(write: Callable[[Any, str], None], content: Any, out: str) -> None:

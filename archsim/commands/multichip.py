@@ -126,10 +126,14 @@ def request_options(args: argparse.Namespace) -> dict[str, Any]:
 def simulate_args(args: argparse.Namespace) -> RunResult:
     """Run ``archsim run ARGS`` and write its timeline if asked; returns the result to print."""
     request = RunRequest.of(args.target, args.workload, **request_options(args))
-    output = run(request, Library(args.lib), record=args.timeline is not None)
-    if args.timeline is not None:
-        write_timeline(output.timeline, args.timeline)
-    return output.result
+    if args.timeline is None:
+        return run(request, Library(args.lib))
+    from archsim.run.observers import TimelineRecorder  # only a run that writes a timeline records one
+
+    recorder = TimelineRecorder()
+    result = run(request, Library(args.lib), observers=[recorder])
+    write_timeline(recorder.timeline, args.timeline)
+    return result
 
 
 def scaling_line(result: RunResult) -> str:

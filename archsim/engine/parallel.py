@@ -10,14 +10,14 @@ communication op waits for it. Gradient all-reduces are such ops, inserted by
 :func:`archsim.workloads.transforms.with_gradient_all_reduces` (buckets that start while the backward
 pass goes on, an optimizer update that waits for the last); a Chakra trace brings its own.
 
-**Pipeline parallel** (:func:`pipeline_step`). Stage ``s`` runs on chip ``s`` of each pipeline. Each
-stage has a forward and a backward block per microbatch (durations from replaying the stage's ops on
-one chip) and executes them in its schedule's order: GPipe (all forwards, then all backwards) or 1F1B
-(PipeDream-Flush: ``P - s - 1`` warm-up forwards, then one forward and one backward alternately, then
-the remaining backwards). A forward of microbatch ``m`` needs the previous stage's activations of
-``m``, which travel over the links between the two chips once that forward ends; backwards pass
-gradients the other way. After its last backward a stage all-reduces its gradients over its
-data-parallel group (buckets again, overlapped with that last backward), then updates.
+**Pipeline parallel** (:func:`pipeline_step`). A pipelined or accumulated step is a program of ops per
+chip (:func:`archsim.workloads.microbatches.pipeline_programs`): its stage's ops per microbatch in its
+schedule's order (GPipe, 1F1B, interleaved: :mod:`archsim.engine.schedules`), with the receives and
+sends between neighbouring stages, its gradient buckets' all-reduces and its updates. A forward of
+microbatch ``m`` needs the previous stage's activations of ``m``, which travel over the links between
+the two chips once that forward ends; backwards pass gradients the other way. After its last
+backward a chip all-reduces its gradients over its data-parallel group (buckets, overlapped with that
+last backward), then updates.
 
 Everything that moves between chips is a transfer on the representative network
 (:mod:`archsim.engine.network`), so activations, gradients and all-reduces that share a link contend
@@ -35,15 +35,15 @@ from typing import TYPE_CHECKING
 from archsim.engine.collectives import DEFAULT_CHUNK_BYTES, Collective, CollectiveEngine, check_flat_ring_budget
 from archsim.engine.network import Direction, Lane, LaneId, LinkObserver, RepNetwork, Route
 from archsim.engine.options import Schedule as Schedule  # re-exported: its home was here
-from archsim.engine.records import Block, BlockKind, CollectiveRecord
-from archsim.engine.replay import OpTiming, schedule_ops
-from archsim.engine.schedules import interleaved_order
+from archsim.engine.records import Block, CollectiveRecord
+from archsim.engine.replay import OpTiming, replay, schedule_ops
 from archsim.engine.schedules import stage_order as stage_order
 from archsim.errors import UsageError
-from archsim.models.base import OpCost
+from archsim.models.base import CostModel, OpCost
 from archsim.models.interconnect import Fabric, TierKind
 from archsim.models.placement import Placement, place
 from archsim.spec.system import Algorithm
+from archsim.workloads.microbatches import BlockKind, ChipProgram, Microbatch, Reduction, Segment
 from archsim.workloads.trace import CommGroup, CommKind, Op
 from archsim.workloads.transforms import DEFAULT_BUCKET_BYTES
 
@@ -253,18 +253,34 @@ def _communicate(engine: CollectiveEngine, algorithm: Algorithm, log: CommLog, o
 
 
 @dataclass(frozen=True)
-class StageWork:
-    """One stage's blocks on its chip (seconds) and what it communicates (bytes)."""
+class PricedPrograms:
+    """Every chip's program with its compute priced by the chip's cost model (:func:`price_programs`)."""
 
-    forward_s: float
-    backward_s: float
-    update_s: float
-    send_bytes: int
-    """Activations to the next stage per microbatch (gradients come back, same size)."""
-    buckets: tuple[tuple[int, float], ...] = ()
-    """(bytes, seconds into the backward block when the bucket's last gradient is written)."""
-    expert_buckets: tuple[tuple[int, float], ...] = ()
-    """The same for the experts' gradients, all-reduced over the replicas holding the same experts."""
+    programs: Sequence[ChipProgram]
+    timings: dict[tuple[int, BlockKind], list[OpTiming]]
+    """Per (virtual stage, forward or backward): its ops' timings from the start of its segment."""
+    updates: dict[int, OpCost]
+    """Per stage: its update's cost."""
+
+
+def price_programs(
+    programs: Sequence[ChipProgram], models: Sequence[CostModel], issue_overhead_s: float = 0.0
+) -> PricedPrograms:
+    """Price chip ``d``'s program with ``models[d]``: each stage's pass once, as a one-chip replay.
+
+    The host issues a segment's ops when it starts (one every ``issue_overhead_s``: a pipeline's host
+    waits for each receive before it issues the microbatch), so every microbatch of a stage's pass has
+    the same schedule (:func:`~archsim.engine.replay.list_schedule`) from its segment's start.
+    """
+    timings: dict[tuple[int, BlockKind], list[OpTiming]] = {}
+    updates: dict[int, OpCost] = {}
+    for program, model in zip(programs, models, strict=True):
+        for segment in program.segments:
+            key = (segment.of.stage, segment.of.kind)
+            if key not in timings:
+                timings[key] = replay(segment.ops, model, issue_overhead_s)
+        updates |= {s: model.cost(op) for s, op in program.updates}
+    return PricedPrograms(programs, timings, updates)
 
 
 @dataclass
@@ -272,7 +288,7 @@ class PipelineOutcome:
     """Every block's timing, the step's end, and its communication."""
 
     tasks: list[Block]
-    """Every block each stage ran, in the order they ended."""
+    """Every block each stage ran, in the order they ended (a block: one segment, or one update)."""
     end_s: float
     pipeline_end_s: float
     """End of the last forward or backward block (the pipeline flush)."""
@@ -280,24 +296,23 @@ class PipelineOutcome:
 
 
 def pipeline_step(
-    work: Sequence[StageWork],
+    priced: PricedPrograms,
     placement: Placement,
-    schedule: Schedule,
-    microbatches: int,
-    train: bool,
     options: CommOptions,
     observers: Sequence[LinkObserver] = (),
     communicate: bool = True,
-    chunks: int = 1,
     expert_placement: Placement | None = None,
 ) -> PipelineOutcome:
-    """One pipelined step of every stage; ``communicate=False`` makes every transfer free (a baseline).
+    """One pipelined step of every chip's program; ``communicate=False`` makes every transfer free (a baseline).
 
-    ``observers`` are told of every transfer on a link (statistics, a timeline). With ``chunks`` above
-    1, ``work`` holds the ``chips x chunks`` virtual stages of an interleaved schedule
-    (:mod:`archsim.engine.interleave`): virtual stage ``k`` runs on chip ``k mod chips``; blocks name
-    their virtual stage. ``expert_placement`` places the replicas that hold the same experts, over
-    which each stage's ``expert_buckets`` are all-reduced (expert parallelism).
+    Chip ``d`` runs its program as :func:`price_programs` priced it. A segment starts once the chip
+    has ended the previous one and its receive has arrived, and its ops run as priced from its start.
+    Its send leaves when it ends, over the links between the two stages' chips (virtual stage ``k``
+    is on chip ``k mod len(programs)``). The all-reduces run one after another on the chip's
+    communication stream, each once its writers have run (with ``options.overlap`` off, once the
+    whole segment they follow has), the expert gradients' over ``expert_placement``; the updates run
+    once the segments and all-reduces are done. ``observers`` are told of every transfer on a link
+    (statistics, a timeline).
     """
     import simpy  # loaded only where SimPy runs (a one-chip run never does)
 
@@ -308,16 +323,22 @@ def pipeline_step(
     if expert_placement is not None:  # a copy of the network for the experts' group, reporting on its lanes
         copy = RepNetwork(env, expert_placement.fabric, [_OnNetwork(net)])
         experts = CollectiveEngine(copy, expert_placement, options.chunk_bytes, launch_s=options.launch_s)
-    stages, m = len(work), microbatches
-    chips = stages // chunks
+    programs, timings = priced.programs, priced.timings
+    chips = len(programs)
+    duration = {key: max((t.end_s for t in ops), default=0.0) for key, ops in timings.items()}
+
+    def duration_of(segment: Segment) -> float:
+        return duration[(segment.of.stage, segment.of.kind)]
+
     comm = CommLog(engine.records, [], [])
     tasks: list[Block] = []
-    activations = [[env.event() for _ in range(m)] for _ in range(stages)]
-    gradients = [[env.event() for _ in range(m)] for _ in range(stages)]
-    last_backward = [env.event() for _ in range(chips)]
-    blocks_done = [env.event() for _ in range(chips)]
-    reduced = [env.event() for _ in range(chips)]
-    own_stages = [list(range(d, stages, chips)) for d in range(chips)]  # a chip's virtual stages, chunk order
+    arrived: dict[Microbatch, simpy.Event] = {}
+    started = [[env.event() for _ in program.segments] for program in programs]
+    blocks_done = [env.event() for _ in programs]
+    reduced = [env.event() for _ in programs]
+
+    def arrival(of: Microbatch) -> simpy.Event:
+        return arrived.setdefault(of, env.event())
 
     def routes(sender: int, receiver: int, forward: bool) -> list[Route]:
         index = placement.send_tier(min(sender, receiver), max(sender, receiver))
@@ -328,80 +349,77 @@ def pipeline_step(
         own = tier.lanes if index == 0 else max(1, tier.lanes // groups.sharers)  # TP peers share a member's ports
         return [net.route(index, [LaneId(f"chip{sender}", direction, i)]) for i in range(own)]
 
-    def send(sender: int, receiver: int, mb: int, arrived: simpy.Event, what: str) -> simpy.events.ProcessGenerator:
-        nbytes = work[min(sender, receiver)].send_bytes
+    def send(of: Microbatch, nbytes: int) -> simpy.events.ProcessGenerator:
+        forward = of.kind is BlockKind.FORWARD
+        receiver = of.stage + 1 if forward else of.stage - 1
         if communicate and nbytes > 0:
             start = env.now
-            label = f"{what} mb{mb} s{sender}->s{receiver}"
-            paths = routes(sender % chips, receiver % chips, receiver > sender)
+            label = f"{'act' if forward else 'grad'} mb{of.index} s{of.stage}->s{receiver}"
+            paths = routes(of.stage % chips, receiver % chips, forward)
             yield env.all_of([env.process(engine.stream(r, nbytes / len(paths), label)) for r in paths])
-            comm.transfers.append(CollectiveRecord(label, sender % chips, nbytes, start, env.now))
-        arrived.succeed()
+            comm.transfers.append(CollectiveRecord(label, of.stage % chips, nbytes, start, env.now))
+        arrival(Microbatch(receiver, of.kind, of.index)).succeed()
 
     def run_chip(d: int) -> simpy.events.ProcessGenerator:
-        if chunks == 1:
-            order = [(kind, d, mb) for kind, mb in stage_order(schedule, d, stages, m, train)]
-        else:
-            order = interleaved_order(d, chips, chunks, m, train)
-        final_backward = max((k for k, (kind, _, _) in enumerate(order) if kind is BlockKind.BACKWARD), default=-1)
-        for k, (kind, s, mb) in enumerate(order):
-            if kind is BlockKind.FORWARD:
-                if s > 0:
-                    yield activations[s][mb]
-                start = env.now
-                yield env.timeout(work[s].forward_s)
-                if s < stages - 1:
-                    env.process(send(s, s + 1, mb, activations[s + 1][mb], "act"))
-            else:
-                if s < stages - 1:
-                    yield gradients[s][mb]
-                start = env.now
-                if k == final_backward:
-                    last_backward[d].succeed()
-                yield env.timeout(work[s].backward_s)
-                if s > 0:
-                    env.process(send(s, s - 1, mb, gradients[s - 1][mb], "grad"))
-            tasks.append(Block(s, kind, mb, start, env.now))
+        for k, segment in enumerate(programs[d].segments):
+            of = segment.of
+            if segment.recv is not None:
+                yield arrival(of)
+            start = env.now
+            started[d][k].succeed(start)
+            yield env.timeout(duration_of(segment))
+            if segment.send is not None:
+                env.process(send(of, segment.send.bytes))
+            tasks.append(Block(of.stage, of.kind, of.index, start, env.now))
         blocks_done[d].succeed()
 
+    def ready_offset(reduction: Reduction, d: int) -> float:
+        """When the bucket is ready, from the start of the segment it follows."""
+        of = programs[d].segments[reduction.after].of
+        ends = timings[(of.stage, of.kind)]
+        return max((ends[w].end_s for w in reduction.writers), default=0.0)
+
     def reduce_chip(d: int) -> simpy.events.ProcessGenerator:
-        # the last backward block is chunk 0's (stage d): the other chunks' buckets are ready at its start
-        buckets: list[tuple[float, int, int, CollectiveEngine, str]] = []
-        for s in reversed(own_stages[d]):  # the experts' buckets merged in by when they are ready
-            own = [(offset if s == d else 0.0, n, s, engine, "all-reduce") for n, offset in work[s].buckets]
-            expert = [
-                (offset if s == d else 0.0, n, s, experts, "expert all-reduce") for n, offset in work[s].expert_buckets
-            ]
-            buckets.extend(heapq.merge(own, expert, key=lambda b: b[0]))
-        if not (train and communicate and placement.data_parallel > 1 and buckets):
+        program = programs[d]
+        if not (communicate and placement.data_parallel > 1 and program.reductions):
             reduced[d].succeed()
             return
-        yield last_backward[d]
-        began = env.now
-        for k, (offset, nbytes, s, on, label) in enumerate(buckets):
-            ready = began + (offset if options.overlap else work[d].backward_s)
+        # the stream takes each stage's buckets, its own and the experts' merged, in the order they are ready
+        buckets: list[tuple[float, Reduction]] = []
+        for s in dict.fromkeys(r.stage for r in program.reductions):
+            own, expert = ([(ready_offset(r, d), r) for r in program.reductions if r.stage == s and r.comm.group is g]
+                           for g in (CommGroup.DATA_PARALLEL, CommGroup.EXPERT_DATA_PARALLEL))  # fmt: skip
+            buckets.extend(heapq.merge(own, expert, key=lambda b: b[0]))
+        began = yield started[d][program.reductions[0].after]
+        for k, (offset, reduction) in enumerate(buckets):
+            ready = began + (offset if options.overlap else duration_of(program.segments[reduction.after]))
             if ready > env.now:
                 yield env.timeout(ready - env.now)
-            yield from on.run(Collective.ALL_REDUCE, options.algorithm, nbytes, d, f"{label} s{s} b{k}")
+            on, label = (
+                (engine, "all-reduce")
+                if reduction.comm.group is CommGroup.DATA_PARALLEL
+                else (experts, "expert all-reduce")
+            )
+            name = f"{label} s{reduction.stage} b{k}"
+            yield from on.run(Collective.ALL_REDUCE, options.algorithm, reduction.comm.bytes, d, name)
         reduced[d].succeed()
 
     def update_chip(d: int) -> simpy.events.ProcessGenerator:
         yield env.all_of([blocks_done[d], reduced[d]])
-        for s in own_stages[d]:
-            if train and work[s].update_s > 0:
+        for s, _ in programs[d].updates:
+            update_s = priced.updates[s].time_s
+            if update_s > 0:  # the host issued it while the chip waited for its gradients
                 start = env.now
-                yield env.timeout(work[s].update_s)
+                yield env.timeout(update_s)
                 tasks.append(Block(s, BlockKind.UPDATE, 0, start, env.now))
 
-    if train and communicate and placement.data_parallel > 1:
+    if communicate and placement.data_parallel > 1:
         hops = sum(
-            engine.check(Collective.ALL_REDUCE, options.algorithm, nbytes, s % chips)
-            for s in range(stages)
-            for nbytes, _ in work[s].buckets
-        ) + sum(
-            experts.check(Collective.ALL_REDUCE, options.algorithm, n, s % chips)
-            for s in range(stages)
-            for n, _ in work[s].expert_buckets
+            (engine if r.comm.group is CommGroup.DATA_PARALLEL else experts).check(
+                Collective.ALL_REDUCE, options.algorithm, r.comm.bytes, r.stage % chips
+            )
+            for program in programs
+            for r in program.reductions
         )
         check_flat_ring_budget(hops, placement.fabric.system)
     for d in range(chips):

@@ -8,12 +8,12 @@ timeline draws. Collectives, pipeline transfers and blocks come back as small fr
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from archsim.engine.network import Lane
+    from archsim.workloads.microbatches import BlockKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,14 +25,6 @@ class CollectiveRecord:
     bytes: float
     start_s: float
     end_s: float
-
-
-class BlockKind(enum.StrEnum):
-    """A pipeline stage's blocks: a microbatch's forward or backward pass, or the optimizer update."""
-
-    FORWARD = "F"
-    BACKWARD = "B"
-    UPDATE = "U"
 
 
 @dataclass(frozen=True, slots=True)

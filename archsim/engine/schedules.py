@@ -18,7 +18,7 @@ the forwards of one group on chunk 0, then on chunk 1, and so on; its warm-up is
 from __future__ import annotations
 
 from archsim.engine.options import Schedule
-from archsim.engine.records import BlockKind
+from archsim.workloads.microbatches import BlockKind
 
 
 def stage_order(

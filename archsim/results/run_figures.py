@@ -155,7 +155,7 @@ def timeline(result: RunResult, links: Sequence[tuple[str, Sequence[TimelineSpan
     bound, each op's label in ``text``. Below the units, the communication lanes: every collective and
     pipeline transfer of the run (``result.collectives``) on its row (:func:`transfer_row`), in the trace
     :data:`COMMUNICATION_TRACE`; then, when given, the link lanes a recorded run has (``links``: the
-    ``Timeline.links`` of :func:`archsim.run.runner.run` with ``record=True``, as the Perfetto
+    ``Timeline.links`` a :class:`~archsim.run.observers.TimelineRecorder` recorded, as the Perfetto
     export writes them), one row per simulated link, in the trace :data:`LINKS_TRACE`.
     """
     figure = go.Figure()

@@ -6,7 +6,9 @@
   all build one.
 * :mod:`archsim.run.runner` -- :func:`~archsim.run.runner.run`: resolves the target once (a chip is a
   system of one chip), builds the trace once (the default batch halved until it fits, once), and
-  replays it.
+  replays it, watched by the caller's observers.
+* :mod:`archsim.run.observers` -- what a caller attaches to a run (``run(request, library,
+  observers=[...])``): :class:`~archsim.run.observers.TimelineRecorder` records the timeline.
 * :mod:`archsim.run.target` -- what a target name resolves to, and a system's fabric.
 * :mod:`archsim.run.chip` -- :func:`~archsim.run.chip.replay_on_chip`: a built trace on one chip.
 * :mod:`archsim.run.system` -- :func:`~archsim.run.system.replay_on_system`: a built trace on a

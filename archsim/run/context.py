@@ -13,11 +13,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from archsim.engine.options import DEFAULT_CHUNK_BYTES, Schedule
-from archsim.engine.records import LinkSpans, LinkStatistics
+from archsim.engine.records import LinkStatistics
 from archsim.models import cost_model_for
 from archsim.models.base import CostModel, framework_overhead_s
-from archsim.results.records import RunResult
-from archsim.results.timeline import Timeline
 from archsim.run.request import Layout
 from archsim.run.tensor_parallel import GroupCalls, StreamCommModel
 from archsim.spec.chip import ChipSpec
@@ -35,6 +33,7 @@ if TYPE_CHECKING:  # the multi-chip engine's types: a one-chip run never loads t
     from archsim.engine.parallel import CommOptions, CommPlan
     from archsim.models.interconnect import Fabric
     from archsim.models.placement import Placement
+    from archsim.run.observers import RunObserver
     from archsim.spec.system import SystemSpec
 
 
@@ -85,14 +84,6 @@ class SystemOptions:
 
 
 @dataclass
-class RunOutput:
-    """What a run gives back: its result and its timeline lanes (empty unless recorded)."""
-
-    result: RunResult
-    timeline: Timeline = field(default_factory=Timeline)
-
-
-@dataclass
 class SystemContext:
     """One replay on a system: where its chips are, how they communicate, and the chip's model."""
 
@@ -104,8 +95,8 @@ class SystemContext:
     efficiency: Efficiency
     comm: CommOptions
     options: SystemOptions
-    spans: LinkSpans | None
-    """The timeline's link observer when the run is recorded (None: not recorded)."""
+    watchers: tuple[RunObserver, ...]
+    """The run's observers, attached by its caller (:mod:`archsim.run.observers`)."""
     mode: Mode
     rebuild: Callable[[int, Recompute], Trace] | None
     software: SoftwareSpec
@@ -132,8 +123,8 @@ class SystemContext:
         return self.resolved.step_overhead if self.mode is Mode.TRAIN else 0.0
 
     def observers(self, statistics: LinkStatistics) -> list[LinkObserver]:
-        """What watches a step's links: ``statistics`` (the result's), and the timeline's when recorded."""
-        return [statistics] if self.spans is None else [statistics, self.spans]
+        """What watches a step's links: ``statistics`` (the result's), and the run's observers."""
+        return [statistics, *self.watchers]
 
     def model(self, trace: Trace, needed: int, share: float = 1.0) -> CostModel:
         """The chip's model for ops of ``trace`` on a chip that needs ``needed`` bytes.

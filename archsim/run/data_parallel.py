@@ -17,11 +17,12 @@ from archsim.engine.parallel import CommPlan, data_parallel_step
 from archsim.engine.records import LinkStatistics
 from archsim.engine.replay import replay
 from archsim.errors import UsageError
-from archsim.run.context import RunOutput, SystemContext
+from archsim.results.records import RunResult
+from archsim.run.context import SystemContext
 from archsim.run.expert_parallel import EXPERT_PARALLEL_NOTE, expert_data_fabric
 from archsim.run.pipeline import stage_needs
 from archsim.run.remedies import system_changes
-from archsim.run.system_result import system_result, timeline
+from archsim.run.system_result import notify, system_result
 from archsim.run.tensor_parallel import TENSOR_PARALLEL_NOTE
 from archsim.spec.system import Algorithm
 from archsim.workloads.expert_parallel import is_expert_gradient
@@ -30,7 +31,7 @@ from archsim.workloads.transforms import compute_only, with_gradient_all_reduces
 from archsim.workloads.zero import with_zero, zero_memory
 
 
-def data_parallel(context: SystemContext, trace: Trace) -> RunOutput:
+def data_parallel(context: SystemContext, trace: Trace) -> RunResult:
     """One step of ``trace`` on every chip, its gradients all-reduced (or ZeRO-sharded) over the data-parallel group."""
     zero, width = context.options.zero, context.placement.data_parallel
     if zero and trace.has_link_comm:
@@ -72,8 +73,8 @@ def data_parallel(context: SystemContext, trace: Trace) -> RunOutput:
         exposed_s=max(0.0, outcome.end_s - single_end),
         bubble=(0.0, 0.0),
     )
-    spans = [[(op.name, t.start_s, t.end_s, op.phase.value) for op, t, _ in entries]]
-    return RunOutput(result, timeline(context, spans, outcome.comm))
+    notify(context, [[(op.name, t.start_s, t.end_s, op.phase.value) for op, t, _ in entries]], outcome.comm)
+    return result
 
 
 def single_step(context: SystemContext, single_end: float, computes: bool) -> float | str:

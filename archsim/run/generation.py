@@ -43,7 +43,6 @@ from archsim import memory_fit
 from archsim.errors import UsageError
 from archsim.limits import MAX_ARGUMENT
 from archsim.results.records import LinkRecord, Normalized, RunResult
-from archsim.results.timeline import Timeline, TimelineSpan
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import StreamingMemory
 from archsim.workloads.options import Recompute
@@ -197,20 +196,3 @@ def _links(prefill: Sequence[LinkRecord], decode: Sequence[LinkRecord], n: int, 
             top = r.max_utilization if seen is None else max(seen.max_utilization, r.max_utilization)
             merged[key] = replace(r, bytes=sent, busy_s=busy, utilization=busy / e2e, max_utilization=top)
     return tuple(merged.values())
-
-
-def combined_timeline(prefill: Timeline, decode: Timeline, ttft: float) -> Timeline:
-    """The prefill's lanes, then one decode step's after them."""
-
-    def lanes(
-        first: list[tuple[str, list[TimelineSpan]]], then: list[tuple[str, list[TimelineSpan]]]
-    ) -> list[tuple[str, list[TimelineSpan]]]:
-        merged = {name: list(spans) for name, spans in first}
-        for name, spans in then:
-            shifted = [
-                replace(s, name=f"decode.{s.name}", start_s=s.start_s + ttft, end_s=s.end_s + ttft) for s in spans
-            ]
-            merged.setdefault(name, []).extend(shifted)
-        return list(merged.items())
-
-    return Timeline(lanes(prefill.chips, decode.chips), lanes(prefill.links, decode.links))

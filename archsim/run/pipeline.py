@@ -1,36 +1,38 @@
-"""A pipelined step on a system: the trace cut into stages, each stage's blocks, and the schedule.
+"""A pipelined or accumulated step on a system: the trace cut into stages, one program per chip.
 
-The stages are balanced by time on one chip (:func:`~archsim.workloads.pipeline.split_stages`); each
-stage's forward and backward blocks are replayed on its chip, and the schedule runs them with the
-activations, gradients and all-reduces between chips in the engine
-(:func:`archsim.engine.parallel.pipeline_step`).
+The stages are balanced by time on one chip (:func:`~archsim.workloads.pipeline.split_stages`); the
+schedule (:mod:`archsim.engine.schedules`) orders each chip's microbatches, and the trace becomes each
+chip's program (:func:`~archsim.workloads.microbatches.pipeline_programs`: its stage's ops per
+microbatch, the sends and receives between stages, its buckets' all-reduces and its update), which
+the engine replays with the chip's cost model and the system's links
+(:func:`archsim.engine.parallel.pipeline_step`). One stage is gradient accumulation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 
 from archsim import memory_fit
-from archsim.engine.parallel import Schedule, StageWork, pipeline_step
-from archsim.engine.records import Block, BlockKind, LinkStatistics
+from archsim.engine.parallel import PipelineOutcome, PricedPrograms, Schedule, pipeline_step, price_programs
+from archsim.engine.records import LinkStatistics
 from archsim.engine.replay import OpTiming, replay
+from archsim.engine.schedules import interleaved_order, stage_order
 from archsim.errors import UsageError
-from archsim.models.base import OpCost
 from archsim.models.placement import Placement, place
-from archsim.run.context import RunOutput, SystemContext
+from archsim.results.records import RunResult
+from archsim.run.context import SystemContext
 from archsim.run.expert_parallel import EXPERT_PARALLEL_NOTE, expert_data_fabric
 from archsim.run.remedies import system_changes
-from archsim.run.system_result import system_result, timeline
+from archsim.run.system_result import notify, system_result
 from archsim.run.tensor_parallel import TENSOR_PARALLEL_NOTE
 from archsim.workloads.expert_parallel import is_expert_gradient
 from archsim.workloads.memory import memory_per_chip, resident_bytes
+from archsim.workloads.microbatches import BlockKind, pipeline_programs
 from archsim.workloads.pipeline import Stage, split_stages, stage_memory_bytes, sub_trace
 from archsim.workloads.trace import Mode, Op, Phase, Trace
-from archsim.workloads.transforms import gradient_buckets
 
 
-def pipelined(context: SystemContext, trace: Trace, microbatches: int) -> RunOutput:
+def pipelined(context: SystemContext, trace: Trace, microbatches: int) -> RunResult:
     """One step of ``microbatches`` microbatches of ``trace`` through the context's pipeline stages."""
     if trace.has_link_comm:  # a Chakra ET's communication runs on the data-parallel path only
         raise UsageError(trace.name, "--pipeline-stages", "a trace with communication ops runs data parallel only")
@@ -55,38 +57,40 @@ def pipelined(context: SystemContext, trace: Trace, microbatches: int) -> RunOut
     stages = [stage for stage, _ in staged]
     needs = chip_needs(staged, chips)
     shares = [sum(stage.parameter_fraction for stage in stages[d::chips]) for d in range(chips)]
-    work: list[StageWork] = []
-    blocks: list[tuple[list[OpTiming], list[OpTiming], OpCost | None]] = []
-    issue_s = context.issue_s
+    options = context.options
+    if chunks == 1:
+        orders = [[(kind, d, mb) for kind, mb in stage_order(options.schedule, d, chips, microbatches, train)]
+                  for d in range(chips)]  # fmt: skip
+    else:
+        orders = [interleaved_order(d, chips, chunks, microbatches, train) for d in range(chips)]
     expert_width, expert_placement = expert_group(context)
+    reduces = train and context.placement.data_parallel > 1
+    programs = pipeline_programs(
+        trace,
+        stages,
+        orders,
+        send_share(context),
+        context.comm.bucket_bytes if reduces else 0,
+        None if expert_width == 0 else is_expert_gradient,
+        expert_width > 1,
+    )
+    models = [context.model(trace, needs[d].bytes, shares[d]) for d in range(chips)]
     fullest = max(range(chips), key=lambda d: needs[d].bytes)
     memory = memory_per_chip(trace).scaled(shares[fullest], needs[fullest].bytes)
-    for stage, _ in staged:
-        chip = stage.index % chips
-        model = context.model(trace, needs[chip].bytes, shares[chip])
-        forward = replay(sub_trace(trace, stage.forward, f"{trace.name}.s{stage.index}.fwd"), model, issue_s)
-        backward = replay(sub_trace(trace, stage.backward, f"{trace.name}.s{stage.index}.bwd"), model, issue_s)
-        update = model.cost(stage.update) if train and stage.update is not None else None
-        work.append(
-            _stage_work(
-                trace, stage, forward, backward, update, context.comm.bucket_bytes, send_share(context), expert_width
-            )
-        )
-        blocks.append((forward, backward, update))
-    options = context.options
     placement, comm = context.placement, context.comm
     statistics = LinkStatistics()
     observers = context.observers(statistics)
-    outcome = pipeline_step(
-        work, placement, options.schedule, microbatches, train, comm, observers, chunks=chunks,
-        expert_placement=expert_placement,
-    )  # fmt: skip
-    free = pipeline_step(work, placement, options.schedule, microbatches, train, comm, communicate=False, chunks=chunks)
-    entries, stage_spans = _pipeline_entries(trace, stages, blocks, outcome.tasks)
+    priced = price_programs(programs, models, context.issue_s)
+    outcome = pipeline_step(priced, placement, comm, observers, True, expert_placement)
+    free = pipeline_step(priced, placement, comm, communicate=False)
+    entries, stage_spans = _pipeline_entries(trace, stages, outcome, priced)
     chip_spans = [
         sorted((s for spans in stage_spans[d::chips] for s in spans), key=lambda s: s[1]) for d in range(chips)
     ]
-    busy = [microbatches * sum(w.forward_s + w.backward_s for w in work[d::chips]) for d in range(chips)]
+    blocks = {key: max((t.end_s for t in timings), default=0.0) for key, timings in priced.timings.items()}
+    forward, backward = BlockKind.FORWARD, BlockKind.BACKWARD
+    per_stage = [blocks.get((s, forward), 0.0) + blocks.get((s, backward), 0.0) for s in range(len(stages))]
+    busy = [microbatches * sum(per_stage[d::chips]) for d in range(chips)]
     flush = outcome.pipeline_end_s
     bubble_s = max(0.0, sum(flush - b for b in busy) / len(busy))  # no negative rounding residue
     result = system_result(
@@ -105,7 +109,8 @@ def pipelined(context: SystemContext, trace: Trace, microbatches: int) -> RunOut
     )
     if chunks > 1:
         result = replace(result, interleave=chunks)
-    return RunOutput(result, timeline(context, chip_spans, outcome.comm))
+    notify(context, chip_spans, outcome.comm)
+    return result
 
 
 def chip_needs(staged: list[tuple[Stage, memory_fit.Need]], chips: int) -> list[memory_fit.Need]:
@@ -199,50 +204,14 @@ def expert_group(context: SystemContext) -> tuple[int, Placement | None]:
     return width, place(fabric, placement.stages, context.source, t)
 
 
-def _stage_work(
-    trace: Trace,
-    stage: Stage,
-    forward: list[OpTiming],
-    backward: list[OpTiming],
-    update: OpCost | None,
-    bucket_bytes: int,
-    share: int = 1,
-    expert_width: int = 0,
-) -> StageWork:
-    """A stage's block durations, and its gradient buckets with their times within the backward block.
-
-    ``expert_width`` above 0: the replicas that hold the same experts (expert parallelism); the
-    experts' gradients go in buckets of their own, none when no other replica holds them (1).
-    """
-    backward_ops = [trace.ops[i] for i in stage.backward]
-
-    def buckets_of(keep: Callable[[str], bool] | None) -> tuple[tuple[int, float], ...]:
-        packed = gradient_buckets(backward_ops, bucket_bytes, keep)
-        return tuple((b.bytes, max(backward[w].end_s for w in b.writers)) for b in packed)
-
-    buckets = buckets_of(None if expert_width == 0 else lambda name: not is_expert_gradient(name))
-    experts = buckets_of(is_expert_gradient) if expert_width > 1 else ()
-    return StageWork(
-        forward_s=max((t.end_s for t in forward), default=0.0),
-        backward_s=max((t.end_s for t in backward), default=0.0),
-        update_s=update.time_s if update is not None else 0.0,
-        send_bytes=stage.send_bytes // share,
-        buckets=buckets,
-        expert_buckets=experts,
-    )
-
-
 def _pipeline_entries(
-    trace: Trace,
-    stages: list[Stage],
-    blocks: list[tuple[list[OpTiming], list[OpTiming], OpCost | None]],
-    tasks: list[Block],
+    trace: Trace, stages: list[Stage], outcome: PipelineOutcome, priced: PricedPrograms
 ) -> tuple[list[tuple[Op, OpTiming, int]], list[list[tuple[str, float, float, str]]]]:
     """Layer entries (ops of microbatch 0 placed at their blocks' times) and block spans per stage."""
     first: dict[tuple[int, BlockKind], float] = {}
     spans: list[list[tuple[str, float, float, str]]] = [[] for _ in stages]
     updates: dict[int, tuple[float, float]] = {}
-    for block in tasks:
+    for block in outcome.tasks:
         s, kind = block.stage, block.kind
         name = "update" if kind is BlockKind.UPDATE else f"{kind.value}{block.microbatch}"
         spans[s].append((name, block.start_s, block.end_s, kind.value))
@@ -251,18 +220,15 @@ def _pipeline_entries(
         elif block.microbatch == 0:
             first[(s, kind)] = block.start_s
     entries: list[tuple[Op, OpTiming, int]] = []
-    for stage, (forward, backward, update) in zip(stages, blocks, strict=True):
+    for stage in stages:
         s = stage.index
-        for indices, timings, kind in (
-            (stage.forward, forward, BlockKind.FORWARD),
-            (stage.backward, backward, BlockKind.BACKWARD),
-        ):
+        for indices, kind in ((stage.forward, BlockKind.FORWARD), (stage.backward, BlockKind.BACKWARD)):
             offset = first.get((s, kind), 0.0)
-            for i, t in zip(indices, timings, strict=True):
+            for i, t in zip(indices, priced.timings.get((s, kind), []), strict=True):
                 entries.append((trace.ops[i], OpTiming(offset + t.start_s, offset + t.end_s, t.cost), s))
-        if update is not None and stage.update is not None and s in updates:
+        if stage.update is not None and s in updates:
             start, end = updates[s]
-            entries.append((stage.update, OpTiming(start, end, update), s))
+            entries.append((stage.update, OpTiming(start, end, priced.updates[s]), s))
     order = {id(op): k for k, op in enumerate(trace.ops)}
     entries.sort(key=lambda e: (order.get(id(e[0]), len(order)), e[2]))
     return entries, spans

@@ -11,16 +11,18 @@ builds each row once and replays it with many efficiency values.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from archsim import memory_fit
 from archsim.errors import UsageError
 from archsim.limits import check_trace_ops
-from archsim.results.timeline import Timeline, TimelineSpan
+from archsim.results.records import RunResult
+from archsim.results.timeline import TimelineSpan
 from archsim.run import generation
 from archsim.run.chip import replay_on_chip
-from archsim.run.context import RunOutput, SystemOptions
+from archsim.run.context import SystemOptions
 from archsim.run.request import RunRequest
 from archsim.run.target import Target, fabric_for, resolve
 from archsim.spec.chip import ChipSpec
@@ -33,6 +35,9 @@ from archsim.workloads import build_trace, microbatch_trace
 from archsim.workloads.memory import trace_recompute, update_only_bytes
 from archsim.workloads.options import Recompute, TraceOptions
 from archsim.workloads.trace import Mode, Trace
+
+if TYPE_CHECKING:  # a plain run attaches no observer: the module is loaded where one is used
+    from archsim.run.observers import RunObserver
 
 
 @dataclass(frozen=True)
@@ -56,25 +61,26 @@ class BuiltRun:
         return self.options.software
 
 
-def run(request: RunRequest, library: Library, *, record: bool = False) -> RunOutput:
-    """Run ``request``: its result, and with ``record`` its timeline.
+def run(request: RunRequest, library: Library, *, observers: Sequence[RunObserver] = ()) -> RunResult:
+    """Run ``request``: its result, watched by ``observers`` (:mod:`archsim.run.observers`).
 
     ``generate`` runs a prefill and decode steps (:mod:`archsim.run.generation`); the generation modes
     report the largest batch that fits.
     """
     if request.mode is Mode.GENERATE:
-        return run_generate(request, library, record=record)
+        return run_generate(request, library, observers=observers)
     built = build(request, library)
-    output = replay_built(built, library, record=record)
+    result = replay_built(built, library, observers=observers)
     if not request.mode.is_generation:
-        return output
-    return RunOutput(replace(output.result, max_batch=largest_batch(built)), output.timeline)
+        return result
+    return replace(result, max_batch=largest_batch(built))
 
 
-def run_generate(request: RunRequest, library: Library, *, record: bool = False) -> RunOutput:
+def run_generate(request: RunRequest, library: Library, *, observers: Sequence[RunObserver] = ()) -> RunResult:
     """A ``generate`` request: a prefill run and a decode run, combined (:mod:`archsim.run.generation`).
 
     With no batch asked, each run's default batch is halved until it fits and both take the smaller.
+    The observers see the prefill, then one decode step after it (its spans named ``decode.*``).
     """
     prefill_request = replace(request, mode=Mode.PREFILL, gen_len=None)
     decode_request = replace(request, mode=Mode.DECODE)
@@ -85,12 +91,15 @@ def run_generate(request: RunRequest, library: Library, *, record: bool = False)
             prefill = build(replace(prefill_request, batch=batch), library)
         else:
             decode = build(replace(decode_request, batch=batch), library)
-    first, step = replay_built(prefill, library, record=record), replay_built(decode, library, record=record)
-    gen_len = step.result.gen_len
+    first = replay_built(prefill, library, observers=observers)
+    from archsim.run.observers import Shifted
+
+    after = [Shifted(observer, first.step_time_s, "decode.") for observer in observers]
+    step = replay_built(decode, library, observers=after)
+    gen_len = step.gen_len
     assert gen_len is not None, "a decode run reports its generation length"
-    result = generation.combined(first.result, step.result, gen_len, decode.target.chip)
-    result = replace(result, max_batch=largest_batch(decode, prefill))
-    return RunOutput(result, generation.combined_timeline(first.timeline, step.timeline, first.result.step_time_s))
+    result = generation.combined(first, step, gen_len, decode.target.chip)
+    return replace(result, max_batch=largest_batch(decode, prefill))
 
 
 def largest_batch(*runs: BuiltRun) -> int | None:
@@ -195,11 +204,11 @@ def replay_built(
     built: BuiltRun,
     library: Library,
     *,
-    record: bool = False,
+    observers: Sequence[RunObserver] = (),
     family_efficiency: Efficiency | None = None,
     software: SoftwareSpec | None = None,
-) -> RunOutput:
-    """Replay a built run on its target.
+) -> RunResult:
+    """Replay a built run on its target, watched by ``observers``.
 
     ``family_efficiency`` and ``software`` replace the family's efficiency parameters and the stack
     (calibration tries values through them).
@@ -215,10 +224,11 @@ def replay_built(
             streaming=built.options.streaming,
             rebuild=built.rebuild,
         )
-        if not record:
-            return RunOutput(result)
-        spans = [TimelineSpan(layer.name, layer.start_s, layer.end_s, layer.phase) for layer in result.layers]
-        return RunOutput(result, Timeline([(f"chip 0 ({result.target})", spans)]))
+        if observers:
+            spans = [TimelineSpan(layer.name, layer.start_s, layer.end_s, layer.phase) for layer in result.layers]
+            for observer in observers:
+                observer.step(lambda: [(f"chip 0 ({result.target})", spans)], ())
+        return result
     from archsim.run.system import replay_on_system  # SimPy and the fabric models: not loaded for one chip
 
     options = replace(built.options, software=stack)
@@ -228,7 +238,7 @@ def replay_built(
         built.microbatches,
         library,
         options,
-        record=record,
+        observers=observers,
         family_efficiency=family_efficiency,
         rebuild=built.rebuild,
     )

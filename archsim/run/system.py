@@ -18,16 +18,17 @@ against gradient all-reduces -- are still SimPy resources with discrete transfer
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from archsim.collective_run import comm_planner, gradient_call
 from archsim.engine.collectives import resolve_algorithm
 from archsim.engine.parallel import CommOptions
-from archsim.engine.records import LinkSpans
 from archsim.models.placement import place
+from archsim.results.records import RunResult
 from archsim.run.chip import finished
-from archsim.run.context import RunOutput, SystemContext, SystemOptions
+from archsim.run.context import SystemContext, SystemOptions
 from archsim.run.data_parallel import data_parallel
+from archsim.run.observers import RunObserver
 from archsim.run.pipeline import pipelined
 from archsim.run.target import Target, fabric_for
 from archsim.run.tensor_parallel import GroupCalls, group_fabric
@@ -45,13 +46,14 @@ def replay_on_system(
     library: Library,
     options: SystemOptions,
     *,
-    record: bool = False,
+    observers: Sequence[RunObserver] = (),
     family_efficiency: Efficiency | None = None,
     rebuild: Callable[[int, Recompute], Trace] | None = None,
-) -> RunOutput:
+) -> RunResult:
     """Replay a built trace (one chip's, one microbatch's when pipelined) on ``target``'s system.
 
-    ``microbatches`` None runs data parallel, else a pipelined or accumulated step.
+    ``microbatches`` None runs data parallel, else a pipelined or accumulated step. ``observers``
+    watch the engine's links and are told the step's chip lanes (:mod:`archsim.run.observers`).
     ``family_efficiency`` replaces the family file's efficiency parameters, as in
     :func:`archsim.run.chip.replay_on_chip` (calibration tries values through it).
     ``rebuild(batch, recompute)`` builds the workload at another (micro-)batch, so that a refusal names
@@ -78,7 +80,6 @@ def replay_on_system(
         call.chunk_bytes if call is not None else options.chunk_bytes,
         call.fixed_s if call is not None else 0.0,
     )
-    spans = LinkSpans() if record else None
     calls = expert_calls = None
     ep = options.trace.expert_parallel
     if tp > 1 or ep > 1:  # the groups' calls see the links as they are, before any protocol (as archsim collective)
@@ -97,7 +98,7 @@ def replay_on_system(
         efficiency,
         comm,
         options,
-        spans,
+        tuple(observers),
         trace.mode,
         rebuild,
         stack,
@@ -105,5 +106,5 @@ def replay_on_system(
         calls,
         expert_calls,
     )
-    run = data_parallel(context, trace) if microbatches is None else pipelined(context, trace, microbatches)
-    return RunOutput(finished(run.result, chip, library, trace), run.timeline)
+    result = data_parallel(context, trace) if microbatches is None else pipelined(context, trace, microbatches)
+    return finished(result, chip, library, trace)

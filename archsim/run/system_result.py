@@ -1,8 +1,8 @@
 """A system step's result and timeline, from what the engine reported.
 
 :func:`system_result` fills the run's :class:`~archsim.results.records.RunResult` (its layers, the
-system fields, per-link statistics and every collective and transfer); :func:`timeline` the lanes of
-the Perfetto export when the run is recorded.
+system fields, per-link statistics and every collective and transfer); :func:`notify` tells the run's
+observers (:mod:`archsim.run.observers`) the step's compute lanes.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from archsim.engine.records import LinkStatistics
 from archsim.engine.replay import OpTiming
 from archsim.results.assembly import build_system_result
 from archsim.results.records import LinkRecord, RunResult
-from archsim.results.timeline import MIRRORED_CHIPS, Timeline, TimelineSpan
+from archsim.results.timeline import MIRRORED_CHIPS, TimelineSpan
 from archsim.run.context import SystemContext
+from archsim.run.observers import Lanes
 from archsim.workloads.memory import MemoryPerChip
 from archsim.workloads.trace import Op, Trace
 
@@ -76,26 +77,22 @@ def system_result(
     )
 
 
-def timeline(context: SystemContext, per_stage: list[list[tuple[str, float, float, str]]], comm: CommLog) -> Timeline:
-    """Compute lanes per chip (mirrored from the representatives) and one lane per simulated link."""
-    if context.spans is None:
-        return Timeline()
-    stages = len(per_stage)
-    spans = [[TimelineSpan(n, s, e, c) for n, s, e, c in lanes] for lanes in per_stage]
-    chips, t = context.fabric.num_chips, context.placement.tensor_parallel
-    if chips <= MIRRORED_CHIPS:  # chip i runs stage (i // T) mod P
-        chip_lanes = [(f"chip {i} (stage {i // t % stages})", spans[i // t % stages]) for i in range(chips)]
-    else:
+def notify(context: SystemContext, per_stage: list[list[tuple[str, float, float, str]]], comm: CommLog) -> None:
+    """Tell the run's observers the step's compute lanes (mirrored from the representatives) and its links."""
+    if not context.watchers:
+        return
+
+    def chip_lanes() -> Lanes:
+        stages = len(per_stage)
+        spans = [[TimelineSpan(n, s, e, c) for n, s, e, c in lanes] for lanes in per_stage]
+        chips, t = context.fabric.num_chips, context.placement.tensor_parallel
+        if chips <= MIRRORED_CHIPS:  # chip i runs stage (i // T) mod P
+            return [(f"chip {i} (stage {i // t % stages})", spans[i // t % stages]) for i in range(chips)]
         each = chips // stages
-        chip_lanes = [(f"chip {s * t} (stage {s}, stands for {each} chips)", spans[s]) for s in range(stages)]
-    link_lanes = [
-        (
-            f"{lane.name} [{lane.tier.link}]",
-            [TimelineSpan(sp.label, sp.start_s, sp.end_s, "link") for sp in context.spans.spans.get(lane, [])],
-        )
-        for lane in comm.lanes
-    ]
-    return Timeline(chip_lanes, link_lanes)
+        return [(f"chip {s * t} (stage {s}, stands for {each} chips)", spans[s]) for s in range(stages)]
+
+    for watcher in context.watchers:
+        watcher.step(chip_lanes, comm.lanes)
 
 
 def link_records(lanes: Sequence[Lane], statistics: LinkStatistics, step_s: float) -> list[LinkRecord]:

@@ -109,9 +109,27 @@ class Library:
         return variant
 
     def entries(self, kind: str) -> list[Entry]:
-        """Every description of ``kind`` on the search path, once each, sorted by name."""
+        """Every description of ``kind`` on the search path (and declared by a family module), sorted by name."""
         seen = {id(e): e for (k, _), e in self._index.items() if k == kind}
-        return sorted(seen.values(), key=lambda e: e.name)
+        named = {e.name for e in seen.values()}
+        declared = [e for e in self._declared(kind) if e.name not in named]
+        return sorted([*seen.values(), *declared], key=lambda e: e.name)
+
+    def _declared(self, kind: str) -> list[Entry]:
+        """The descriptions of ``kind`` registered families declare in code.
+
+        Only families and software stacks are declared (:func:`archsim.spec.registry.declared_descriptions`);
+        a file on the search path of the same name wins.
+        """
+        if kind not in ("family", "software"):
+            return []
+        from archsim.spec.registry import declared_descriptions
+
+        return [
+            Entry(Path(f"{where}#{data['name']}"), data)
+            for where, data in declared_descriptions()
+            if data["kind"] == kind
+        ]
 
     def kinds(self) -> set[str]:
         """Every ``kind`` of description on the search path."""
@@ -137,6 +155,10 @@ class Library:
         folded = {id(e): e for (k, n), e in self._index.items() if k in kinds and n.casefold() == name.casefold()}
         if len(folded) == 1:
             return next(iter(folded.values()))
+        for kind in kinds:  # a family module's own efficiency values and stack (declared in code)
+            for entry in self._declared(kind):
+                if entry.name == name:
+                    return entry
         known = sorted({n for (k, n) in self._index if k in kinds})
         raise LookupFailed(name, "", f"unknown {' or '.join(kinds)}; {suggest(name, known)}")
 

@@ -8,7 +8,11 @@ A definition names everything archsim needs to know about a kind of chip, in one
   :class:`FamilyEfficiency`); its fields other than the dispatch costs are the ones the family file
   must set;
 * ``dispatch``: how the family's software issues an op (a :class:`Mechanism`);
-* ``model``: the cost-model factory, called as ``model(chip, efficiency, precision, footprint_bytes)``.
+* ``model``: the cost-model factory, called as ``model(chip, efficiency, precision, footprint_bytes)``;
+* ``defaults`` (optional, :class:`FamilyDefaults`): the family's efficiency values and its default
+  software stack, declared in code, so that a plug-in family is its module and a chip file: the
+  library serves them as the family file and the stack a library folder would otherwise need
+  (:func:`declared_descriptions`; a file of the same name on the search path wins).
 
 A family module defines these and calls :func:`register_family` when imported. The built-in families
 are such modules (:data:`BUILTIN_MODULES`); the registry imports them, then the modules named by the
@@ -26,7 +30,8 @@ import dataclasses
 import enum
 import importlib
 import os
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any, ClassVar, Self
@@ -164,6 +169,23 @@ class FamilyDefinition:
     model: Callable[[ChipSpec, Any, Precision, int], Any]
     """Cost-model factory ``model(chip, efficiency record, precision, footprint_bytes)``."""
     description: str = ""
+    defaults: FamilyDefaults | None = None
+    """Its efficiency values and default software, declared in code (None: a family file gives them)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FamilyDefaults:
+    """What a family file and a software file say, declared by the family module instead.
+
+    ``efficiency`` is the family file's ``efficiency`` section (each value with its source in
+    ``sources``, keyed ``efficiency`` or ``efficiency.FIELD``); ``software`` is the family's default stack
+    (the fields of a ``kind: software`` file but ``schema_version``, ``kind`` and ``family``, with its own
+    ``sources``), which also runs bare kernels. Both are validated as the files would be.
+    """
+
+    efficiency: Mapping[str, Any]
+    software: Mapping[str, Any]
+    sources: Mapping[str, str]
 
 
 @cache
@@ -214,6 +236,8 @@ def register_family(definition: FamilyDefinition) -> None:
     if unknown:
         problem = f"{', '.join(unknown)}: not a field a description can set (archsim.spec.efficiency.Efficiency)"
         raise PluginError(definition.name, "efficiency", problem)
+    if definition.defaults is not None and not isinstance(definition.defaults, FamilyDefaults):
+        raise PluginError(definition.name, "defaults", "must be a FamilyDefaults (or None: a family file gives them)")
     try:
         dispatch = Mechanism(definition.dispatch)
     except ValueError:
@@ -294,3 +318,35 @@ def family_definition(name: str) -> FamilyDefinition:
 def check_family_name(name: str) -> str:
     """``name`` if it is a registered family (a pydantic validator of ``family:`` fields)."""
     return family_definition(name).name
+
+
+def declared_descriptions() -> list[tuple[str, dict[str, Any]]]:
+    """The family and software descriptions registered families declare in code (:class:`FamilyDefaults`).
+
+    Each comes as ``(where, data)``: the file of the module that registered it, and the content of the
+    ``kind: family`` or ``kind: software`` file it stands for. The plug-ins are loaded first when one is
+    named (the built-in families declare nothing: their files are in the library).
+    """
+    if _loaded or entry_points_of(ENTRY_POINT_GROUP) or os.environ.get(ENV_VAR):
+        _load()
+    found: list[tuple[str, dict[str, Any]]] = []
+    for definition in _FAMILIES.values():
+        defaults = definition.defaults
+        if defaults is None:
+            continue
+        module = sys.modules.get(definition.section.__module__)
+        where = getattr(module, "__file__", None) or definition.section.__module__
+        stack = str(defaults.software.get("name", ""))
+        family = {
+            "schema_version": 1,
+            "kind": "family",
+            "name": definition.name,
+            "description": definition.description or definition.name,
+            "efficiency": dict(defaults.efficiency),
+            "software": stack,
+            "kernel_software": stack,
+            "sources": dict(defaults.sources),
+        }
+        software = {"schema_version": 1, "kind": "software", "family": definition.name, **defaults.software}
+        found += [(where, family), (where, software)]
+    return found

@@ -163,7 +163,7 @@ def _simulate(target: str, workload: str, library: Library, arguments: dict[str,
     if not training["time_to_train"] and training["input_decode"] is None:
         if training["optimizer"] is not None:
             raise UsageError(target, "run.optimizer", "only applies with run.time_to_train")
-        return run(RunRequest.of(target, workload, **arguments), library).result
+        return run(RunRequest.of(target, workload, **arguments), library)
     return simulate_training(target, workload, library=library, **training, **arguments)
 
 

@@ -273,12 +273,12 @@ def predict(
     if software is None or prepared.built is None:
         return _busbw(prepared, library)
     software = stacks.get(software.name, software) if stacks is not None else software
-    run = replay_built(prepared.built, library, family_efficiency=efficiency, software=software)
+    result = replay_built(prepared.built, library, family_efficiency=efficiency, software=software)
     if prepared.decode is None:
-        return measure(prepared.row, run.result)
-    step = replay_built(prepared.decode, library, family_efficiency=efficiency, software=software).result
+        return measure(prepared.row, result)
+    step = replay_built(prepared.decode, library, family_efficiency=efficiency, software=software)
     assert step.gen_len is not None  # a decode run reports its generation length
-    return measure(prepared.row, generation.combined(run.result, step, step.gen_len, prepared.target.chip))
+    return measure(prepared.row, generation.combined(result, step, step.gen_len, prepared.target.chip))
 
 
 def _busbw(prepared: Prepared, library: Library) -> float:

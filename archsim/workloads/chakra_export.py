@@ -46,12 +46,12 @@ from pathlib import Path
 from typing import Any
 
 from archsim.engine.parallel import Schedule, stage_order
-from archsim.engine.records import BlockKind
 from archsim.errors import UsageError
 from archsim.outfile import write_file
 from archsim.results.records import RunResult
 from archsim.spec.library import Library
 from archsim.workloads.chakra_format import chakra_bytes
+from archsim.workloads.microbatches import BlockKind
 from archsim.workloads.pipeline import Stage, stage_memory_bytes, stages_of_ops
 from archsim.workloads.trace import CommGroup, CommKind, Mode, Op, Phase, Trace
 from archsim.workloads.transforms import comm_op, gradient_buckets
@@ -137,7 +137,7 @@ def rank_traces(request: Any, library: Library, *, all_ranks: bool = False) -> l
     if request.mode is Mode.GENERATE:
         raise UsageError(request.workload, "--mode", "generate is a prefill then decode steps: export one of them")
     built = build(request, library)
-    result = replay_built(built, library).result
+    result = replay_built(built, library)
     options = built.options
     step = _Step(
         chips=result.num_chips,

@@ -97,7 +97,8 @@ class CommGroup(enum.StrEnum):
     ``E`` chips of the data-parallel group (same stage and tensor-parallel rank) that share a mixture
     of experts' experts between them (:mod:`archsim.workloads.expert_parallel`); ``expert-data-parallel``:
     the data-parallel replicas that hold the same experts (``1/E`` of the data-parallel group), over
-    which the expert weights' gradients are all-reduced.
+    which the expert weights' gradients are all-reduced; ``pipeline``: the neighbouring stages of one
+    pipeline, between which activations and their gradients are sent (:mod:`archsim.workloads.microbatches`).
     """
 
     DATA_PARALLEL = "data-parallel"
@@ -106,6 +107,7 @@ class CommGroup(enum.StrEnum):
     TENSOR_PARALLEL = "tensor-parallel"
     EXPERT_PARALLEL = "expert-parallel"
     EXPERT_DATA_PARALLEL = "expert-data-parallel"
+    PIPELINE = "pipeline"
 
 
 @dataclass(frozen=True, slots=True)

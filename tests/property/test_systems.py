@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from archsim import simulate
 from archsim.engine.collectives import Collective, simulate_collective
-from archsim.engine.parallel import CommOptions, Schedule, StageWork, data_parallel_step, pipeline_step
+from archsim.engine.parallel import CommOptions, Schedule, data_parallel_step, pipeline_step, price_programs
 from archsim.models import cost_model_for
 from archsim.models.base import OpCost
 from archsim.models.interconnect import Fabric, Tier, TierKind, ring_allreduce_lower_bound_s
@@ -24,6 +24,7 @@ from archsim.stack import default_efficiency
 from archsim.testing.strategies import fabrics
 from archsim.workloads import build_trace
 from archsim.workloads.trace import Mode, Op
+from tests.pipelines import StageTimes, uniform_programs
 
 CHIPS = ["v100", "a100", "h100", "tpu-v3", "gc200", "ascend910"]
 
@@ -125,19 +126,21 @@ def test_doubling_link_bandwidth_never_slows_a_pipelined_step(
 ) -> None:
     first = fabric.tiers[0].size
     stages = data.draw(st.sampled_from([d for d in range(1, first + 1) if first % d == 0]))
-    work = [
-        StageWork(
+    times = [
+        StageTimes(
             forward_s=data.draw(st.floats(min_value=1e-5, max_value=1e-2)),
             backward_s=data.draw(st.floats(min_value=1e-5, max_value=2e-2)),
             update_s=1e-4,
             send_bytes=send_mib * 2**20,
-            buckets=((data.draw(st.integers(min_value=1, max_value=2**28)), 0.0),),
+            gradient_bytes=data.draw(st.integers(min_value=1, max_value=2**28)),
         )
         for _ in range(stages)
     ]
+    programs, models = uniform_programs(times, schedule, microbatches, bucket_bytes=2**30)
     options = CommOptions(Algorithm.HIERARCHICAL)
-    slow = pipeline_step(work, place(fabric, stages), schedule, microbatches, True, options).end_s
-    fast = pipeline_step(work, place(faster(fabric), stages), schedule, microbatches, True, options).end_s
+    priced = price_programs(programs, models)
+    slow = pipeline_step(priced, place(fabric, stages), options).end_s
+    fast = pipeline_step(priced, place(faster(fabric), stages), options).end_s
     assert fast <= slow * (1 + 1e-12)
 
 

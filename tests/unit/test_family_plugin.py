@@ -1,7 +1,7 @@
 """A chip family plugged in from outside archsim: its module and YAML in a folder of their own.
 
-The toy family (``tests/data/toy_family``: ``toyfam.py``, and a library folder with its chip, its family
-file and its software stack) is copied to a temporary package directory, put on ``PYTHONPATH`` and
+The toy family (``tests/data/toy_family``: ``toyfam.py``, which declares its efficiency values and
+software stack in code, and one chip file) is copied to a temporary package directory, put on ``PYTHONPATH`` and
 registered the two documented ways: the ``ARCHSIM_FAMILIES`` variable and an ``archsim.families``
 entry point of an installed distribution. Each run is a fresh ``archsim`` process, as a user's is.
 """
@@ -84,6 +84,40 @@ def test_a_family_module_on_the_path_runs_resnet50_through_the_cli(tmp_path: Pat
     assert result["throughput"] == pytest.approx(8 / step_s)
 
 
+def test_the_family_is_its_module_and_one_chip_file() -> None:
+    files = sorted(str(p.relative_to(TOY)) for p in TOY.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    assert files == ["library/toy-chip.yaml", "toyfam.py"]
+
+
+def test_a_family_file_on_the_search_path_wins_over_the_module_s_values(tmp_path: Path) -> None:
+    root = package(tmp_path)
+    lib = root / "library"
+    argv = ("run", "toy-chip", "gemm:4096x4096x4096", "--lib", str(lib), "--json")
+    declared = json.loads(archsim(*argv, path=root, families="toyfam").stdout)
+    (lib / "toy.yaml").write_text(
+        "schema_version: 1\nkind: family\nname: toy\ndescription: toy, half the matrix efficiency\n"
+        "efficiency: {compute: 0.4, memory_bandwidth: 0.8, vector: 0.5}\n"
+        "software: toy-runtime\nkernel_software: toy-runtime\nsources: {efficiency: a test's values}\n"
+    )
+    done = archsim(*argv, path=root, families="toyfam")
+    assert done.returncode == 0, done.stderr
+    halved = json.loads(done.stdout)
+    assert declared["time_by_bound"]["compute"] > 0  # a compute-bound product: twice as long at half the efficiency
+    assert halved["step_time_s"] > 1.9 * declared["step_time_s"]
+    assert halved["software"] == declared["software"] == "toy-runtime"
+
+
+def test_a_bad_declared_value_is_refused_in_one_line_naming_the_module(tmp_path: Path) -> None:
+    root = package(tmp_path)
+    module = root / "toyfam.py"
+    module.write_text(module.read_text().replace('"vector": 0.5', '"vectr": 0.5'))
+    done = archsim("run", "toy-chip", "resnet50", "--lib", str(root / "library"), path=root, families="toyfam")
+    assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1
+    assert done.stderr.startswith(f"archsim: error: {module}#toy: efficiency")
+    assert "vectr" in done.stderr
+
+
 def test_the_same_family_through_an_entry_point_of_an_installed_package(tmp_path: Path) -> None:
     root = package(tmp_path)
     info = root / "toyfam-1.0.dist-info"  # what installing a package with this entry point leaves on the path
@@ -130,6 +164,9 @@ def test_register_family_refuses_what_is_not_a_definition() -> None:
     wrong = FamilyDefinition("bad", ToySection, FamilyEfficiency, "warp-drive", lambda *a: None)  # type: ignore[arg-type]
     with pytest.raises(PluginError, match="dispatch: 'warp-drive' is not one of kernel-launch, superstep"):
         register_family(wrong)
+    loose = FamilyDefinition("bad", ToySection, FamilyEfficiency, Mechanism.KERNEL_LAUNCH, lambda *a: None, "", {})  # type: ignore[arg-type]
+    with pytest.raises(PluginError, match="defaults: must be a FamilyDefaults"):
+        register_family(loose)
     unsettable = FamilyDefinition("bad", ToySection, WarpEfficiency, Mechanism.KERNEL_LAUNCH, lambda *a: None)
     with pytest.raises(PluginError, match="efficiency: warp_factor: not a field a description can set"):
         register_family(unsettable)

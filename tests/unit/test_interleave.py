@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from archsim import simulate
-from archsim.engine.records import BlockKind
 from archsim.engine.schedules import interleaved_order
 from archsim.spec.library import Library
+from archsim.workloads.microbatches import BlockKind
 from tests.cli import run_cli
 
 F, B = BlockKind.FORWARD, BlockKind.BACKWARD

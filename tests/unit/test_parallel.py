@@ -13,12 +13,12 @@ from archsim.engine.parallel import (
     CommOptions,
     CommPlan,
     Schedule,
-    StageWork,
     data_parallel_step,
     pipeline_step,
+    price_programs,
     stage_order,
 )
-from archsim.engine.records import BlockKind, LinkSpans, LinkStatistics
+from archsim.engine.records import LinkSpans, LinkStatistics
 from archsim.engine.replay import replay
 from archsim.models import cost_model_for
 from archsim.models.base import OpCost
@@ -29,8 +29,10 @@ from archsim.spec.library import Library
 from archsim.spec.system import Algorithm
 from archsim.stack import default_efficiency
 from archsim.workloads import build_trace
+from archsim.workloads.microbatches import BlockKind
 from archsim.workloads.trace import CommGroup, CommKind, Mode, Role, Trace
 from archsim.workloads.transforms import comm_op, gradient_buckets, with_gradient_all_reduces
+from tests.pipelines import StageTimes, uniform_programs
 
 HIER = CommOptions(Algorithm.HIERARCHICAL)
 
@@ -104,8 +106,8 @@ def test_stage_orders() -> None:
 @pytest.mark.parametrize("schedule", list(Schedule))
 @pytest.mark.parametrize(("stages", "microbatches"), [(2, 1), (4, 4), (4, 16), (8, 3)])
 def test_uniform_pipeline_has_the_textbook_bubble(schedule: Schedule, stages: int, microbatches: int) -> None:
-    work = [StageWork(forward_s=1e-3, backward_s=2e-3, update_s=0.0, send_bytes=0) for _ in range(stages)]
-    outcome = pipeline_step(work, place(ring_fabric(stages), stages), schedule, microbatches, True, HIER)
+    programs, models = uniform_programs([StageTimes(1e-3, 2e-3)] * stages, schedule, microbatches)
+    outcome = pipeline_step(price_programs(programs, models), place(ring_fabric(stages), stages), HIER)
     assert outcome.pipeline_end_s == pytest.approx((microbatches + stages - 1) * 3e-3, rel=1e-9)
     busy = microbatches * 3e-3
     bubble = (outcome.pipeline_end_s - busy) / outcome.pipeline_end_s
@@ -113,11 +115,13 @@ def test_uniform_pipeline_has_the_textbook_bubble(schedule: Schedule, stages: in
 
 
 def test_pipeline_sends_activations_and_contends(library: Library) -> None:
-    work = [StageWork(1e-3, 2e-3, 1e-4, send_bytes=8 * 2**20, buckets=((64 * 2**20, 1.5e-3),)) for _ in range(4)]
+    stage = StageTimes(1e-3, 2e-3, 1e-4, send_bytes=8 * 2**20, gradient_bytes=64 * 2**20)
+    programs, models = uniform_programs([stage] * 4, Schedule.ONE_F_ONE_B, 8, bucket_bytes=2**30)
     fabric = ring_fabric(8, gbps=25.0)
     placement = place(fabric, 4)
-    outcome = pipeline_step(work, placement, Schedule.ONE_F_ONE_B, 8, True, HIER)
-    free = pipeline_step(work, placement, Schedule.ONE_F_ONE_B, 8, True, HIER, communicate=False)
+    priced = price_programs(programs, models)
+    outcome = pipeline_step(priced, placement, HIER)
+    free = pipeline_step(priced, placement, HIER, communicate=False)
     assert outcome.end_s > free.end_s
     sends = [t for t in outcome.comm.transfers if t.name.startswith("act")]
     assert len(sends) == 3 * 8
@@ -126,6 +130,28 @@ def test_pipeline_sends_activations_and_contends(library: Library) -> None:
     updates = [t for t in outcome.tasks if t.kind is BlockKind.UPDATE]
     assert len(updates) == 4
     assert math.isclose(outcome.end_s, max(t.end_s for t in updates))
+    # each stage's bucket is all-reduced once its last microbatch's backward has written it
+    last_backward = {t.stage: t.end_s for t in outcome.tasks if t.kind is BlockKind.BACKWARD and t.microbatch == 7}
+    for reduce in outcome.comm.collectives:
+        stage = int(reduce.name.split(" s")[1].split(" ")[0])
+        assert reduce.start_s >= last_backward[stage]
+
+
+def test_gradient_accumulation_is_a_one_stage_pipeline_of_its_microbatches() -> None:
+    stage = StageTimes(1e-3, 2e-3, 5e-4, gradient_bytes=64 * 2**20)
+    (program,), models = uniform_programs([stage], Schedule.ONE_F_ONE_B, 4, bucket_bytes=2**30)
+    placement = place(ring_fabric(8, gbps=25.0), 1)
+    outcome = pipeline_step(price_programs([program], models), placement, HIER)
+    blocks = [t for t in outcome.tasks if t.kind is not BlockKind.UPDATE]
+    assert [(t.kind, t.microbatch) for t in blocks] == [
+        (k, m) for m in range(4) for k in (BlockKind.FORWARD, BlockKind.BACKWARD)
+    ]
+    assert outcome.pipeline_end_s == pytest.approx(4 * 3e-3, rel=1e-12)  # back to back, nothing to wait for
+    (reduce,) = outcome.comm.collectives  # once, after the last microbatch's backward
+    assert reduce.start_s == pytest.approx(outcome.pipeline_end_s, rel=1e-12)
+    (update,) = [t for t in outcome.tasks if t.kind is BlockKind.UPDATE]
+    assert update.start_s == pytest.approx(reduce.end_s) and update.end_s - update.start_s == pytest.approx(5e-4)
+    assert outcome.comm.transfers == []
 
 
 def test_link_observers_see_every_transfer(v100_resnet: tuple[Trace, list[OpCost], bool]) -> None:

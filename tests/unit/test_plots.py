@@ -13,6 +13,7 @@ from archsim import plots, simulate
 from archsim.cli import main
 from archsim.errors import UsageError
 from archsim.results.records import RunResult
+from archsim.run.observers import TimelineRecorder
 from archsim.run.request import RunRequest
 from archsim.run.runner import run as record_run
 from archsim.spec.library import Library
@@ -85,16 +86,17 @@ def test_timeline_has_a_lane_per_transfer_stream(pipelined_run: RunResult) -> No
 
 
 def test_timeline_shows_recorded_link_lanes() -> None:
-    run = record_run(RunRequest.of("dgx1", "resnet50", "train", 16, nodes=2), Library(), record=True)
-    figure = plots.timeline(run.result, run.timeline.links)
+    recorder = TimelineRecorder()
+    result = record_run(RunRequest.of("dgx1", "resnet50", "train", 16, nodes=2), Library(), observers=[recorder])
+    figure = plots.timeline(result, recorder.timeline.links)
     (links,) = [t for t in figure.data if t.name == "links"]
-    expected = [(f"link {name}", s.start_s, s.end_s) for name, lane in run.timeline.links for s in lane]
+    expected = [(f"link {name}", s.start_s, s.end_s) for name, lane in recorder.timeline.links for s in lane]
     assert len(expected) > 0
     got = [(row, base, base + length) for row, base, length in zip(links.y, links.base, links.x, strict=True)]
     assert [(r, b) for r, b, _ in got] == [(r, b) for r, b, _ in expected]
     assert all(math.isclose(g[2], e[2], rel_tol=1e-12, abs_tol=1e-18) for g, e in zip(got, expected, strict=True))
-    assert {f"link {name}" for name, _ in run.timeline.links} <= set(figure.layout.yaxis.categoryarray)
-    assert not [t for t in plots.timeline(run.result).data if t.name == "links"]  # nothing recorded, no lanes
+    assert {f"link {name}" for name, _ in recorder.timeline.links} <= set(figure.layout.yaxis.categoryarray)
+    assert not [t for t in plots.timeline(result).data if t.name == "links"]  # nothing recorded, no lanes
 
 
 def test_ipu_roofline_says_why_it_is_empty(library: Library) -> None:

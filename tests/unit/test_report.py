@@ -24,6 +24,7 @@ from plotly.offline import get_plotlyjs
 from archsim import plots, simulate
 from archsim.cli import main
 from archsim.results.records import RunResult
+from archsim.run.observers import TimelineRecorder
 from archsim.run.request import RunRequest
 from archsim.run.runner import run as record_run
 from archsim.spec.library import Library
@@ -266,7 +267,9 @@ def test_cli_run_report_timeline_has_the_links_lanes(tmp_path: Path, capsys: pyt
     assert main([*command, "--out", str(out)]) == 0
     capsys.readouterr()
     request = RunRequest.of("ipu-m2000", "bert-base", "train", 8, pipeline_stages=4)
-    recorded = record_run(request, Library(), record=True).timeline
+    recorder = TimelineRecorder()
+    record_run(request, Library(), observers=[recorder])
+    recorded = recorder.timeline
     spans = [(f"link {name}", span.start_s) for name, lane in recorded.links for span in lane]
     assert spans  # IPU-Links carry the pipeline's activations and gradients
     (links,) = [t for t in figures(out.read_text(encoding="utf-8"))["plot-timeline"] if t["name"] == "links"]

@@ -165,6 +165,7 @@ def test_run_report_renders_every_layer(
 
 def test_cli_run_report_draws_the_links_lanes(browser: Any, tmp_path: Path, library: Library) -> None:
     from archsim.cli import main
+    from archsim.run.observers import TimelineRecorder
     from archsim.run.request import RunRequest
     from archsim.run.runner import run as record_run
 
@@ -172,15 +173,16 @@ def test_cli_run_report_draws_the_links_lanes(browser: Any, tmp_path: Path, libr
     args = ["ipu-m2000", "bert-base", "--mode", "train", "--batch", "8", "--pipeline-stages", "4"]
     assert main(["report", "run", *args, "--out", str(report)]) == 0
     request = RunRequest.of("ipu-m2000", "bert-base", "train", 8, pipeline_stages=4)
-    run = record_run(request, library, record=True)
-    spans = sum(len(lane) for _, lane in run.timeline.links)
+    recorder = TimelineRecorder()
+    result = record_run(request, library, observers=[recorder])
+    spans = sum(len(lane) for _, lane in recorder.timeline.links)
     assert spans > 0
     page, problems = open_report(browser, report)
     drawn = page.eval_on_selector("#plot-timeline", COUNTS)
-    bounds = {layer.bound for layer in run.result.layers}
+    bounds = {layer.bound for layer in result.layers}
     # ops by bound, then the transfers, then the links: every span a bar
     assert drawn["bar_traces"] == len(bounds) + 2
-    assert drawn["bars"] == len(run.result.layers) + len(run.result.collectives) + spans
+    assert drawn["bars"] == len(result.layers) + len(result.collectives) + spans
     check_screenshot(page, "plot-timeline", drawn, ["#17becf", BOUND_COLOURS["communication"]], tmp_path)
     assert problems == []
 

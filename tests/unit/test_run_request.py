@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -11,8 +12,9 @@ import archsim.run.runner as runner
 from archsim import simulate
 from archsim.baseline.runs import parse_run, record_run
 from archsim.cli import main
-from archsim.engine.network import Direction
+from archsim.engine.network import Direction, Lane
 from archsim.errors import ArchsimError, LimitError, UsageError
+from archsim.run.observers import Lanes, TimelineRecorder
 from archsim.run.request import Layout, RunRequest
 from archsim.run.runner import build, replay_built, run
 from archsim.spec.common import Fusion, Precision, StreamingMemory
@@ -138,14 +140,57 @@ def test_the_default_batch_is_halved_the_same_way_on_a_chip_and_on_a_system(libr
 def test_a_built_run_replays_the_same_result_every_time(library: Library) -> None:
     built = build(RunRequest.of("dgx1", "resnet50", "train", 8), library)
     first, again = replay_built(built, library), replay_built(built, library)
-    assert first.result == again.result
-    assert first.result == simulate("dgx1", "resnet50", "train", 8, library=library)
+    assert first == again
+    assert first == simulate("dgx1", "resnet50", "train", 8, library=library)
 
 
 def test_recording_a_timeline_changes_nothing_in_the_result(library: Library) -> None:
     request = RunRequest.of("ipu-m2000", "bert-base", "train", 8, pipeline_stages=4)
-    plain, recorded = run(request, library), run(request, library, record=True)
-    assert plain.result == recorded.result
-    assert plain.timeline.links == [] and plain.timeline.chips == []
-    assert any(spans for _, spans in recorded.timeline.links)
-    assert {link.direction for link in recorded.result.links} <= {d.value for d in Direction}
+    recorder = TimelineRecorder()
+    plain, recorded = run(request, library), run(request, library, observers=[recorder])
+    assert plain == recorded
+    assert any(spans for _, spans in recorder.timeline.links)
+    assert {link.direction for link in recorded.links} <= {d.value for d in Direction}
+
+
+@dataclasses.dataclass
+class Counter:
+    """An observer of the caller's own: what it was told (the engine knows nothing of it)."""
+
+    bytes_by_label: dict[str, float] = dataclasses.field(default_factory=dict)
+    steps: list[list[str]] = dataclasses.field(default_factory=list)
+
+    def transfer(self, lane: Lane, start_s: float, end_s: float, nbytes: float, label: str) -> None:
+        self.bytes_by_label[label] = self.bytes_by_label.get(label, 0.0) + nbytes
+
+    def step(self, chips: Callable[[], Lanes], lanes: Sequence[Lane]) -> None:
+        self.steps.append([name for name, _ in chips()])
+
+
+def test_an_observer_passed_from_outside_sees_every_transfer_and_step(library: Library) -> None:
+    counter, recorder = Counter(), TimelineRecorder()
+    request = RunRequest.of("dgx1", "resnet50", "train", 16, nodes=2)
+    result = run(request, library, observers=[counter, recorder])
+    assert counter.steps == [[name for name, _ in recorder.timeline.chips]]
+    assert len(counter.steps[0]) == result.num_chips == 16
+    # the observer saw each of the step's all-reduces on the links, and all the bytes the links carried
+    assert (
+        sorted(counter.bytes_by_label)
+        == sorted(c.name for c in result.collectives)
+        == ["all-reduce b0", "all-reduce b1"]
+    )
+    carried = sum(link.bytes * link.links for link in result.links)
+    assert sum(counter.bytes_by_label.values()) == pytest.approx(carried, rel=1e-12)
+
+
+def test_a_generation_timeline_is_the_prefill_then_one_decode_step(library: Library) -> None:
+    recorder = TimelineRecorder()
+    result = run(RunRequest.of("v100", "llama2-7b", "generate", 1), library, observers=[recorder])
+    ((lane, spans),) = recorder.timeline.chips
+    assert lane == f"chip 0 ({result.target})"
+    prefill = [s for s in spans if not s.name.startswith("decode.")]
+    decode = [s for s in spans if s.name.startswith("decode.")]
+    assert prefill and decode and len(spans) == len(prefill) + len(decode)
+    ttft = result.ttft_s
+    assert ttft is not None
+    assert max(s.end_s for s in prefill) <= ttft <= min(s.start_s for s in decode)

@@ -12,6 +12,7 @@ from archsim import simulate
 from archsim.cli import main
 from archsim.errors import CapacityError
 from archsim.results.records import RunResult
+from archsim.run.observers import TimelineRecorder
 from archsim.run.request import RunRequest
 from archsim.run.runner import run as record_run
 from archsim.spec.library import Library
@@ -220,9 +221,10 @@ def test_timeline_is_a_valid_trace_event_file(capsys: pytest.CaptureFixture[str]
 
 
 def test_timeline_of_a_single_chip(tmp_path: Path, library: Library) -> None:
-    run = record_run(RunRequest.of("v100", "gemm:512x512x512"), library, record=True)
-    assert len(run.timeline.chips) == 1
-    assert run.timeline.links == []
+    recorder = TimelineRecorder()
+    record_run(RunRequest.of("v100", "gemm:512x512x512"), library, observers=[recorder])
+    assert len(recorder.timeline.chips) == 1
+    assert recorder.timeline.links == []
 
 
 def test_a_failed_timeline_write_leaves_nothing(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ pytest.importorskip("google.protobuf")
 from archsim.cli import main
 from archsim.collective_run import gradient_call
 from archsim.results.records import RunResult
+from archsim.run.observers import TimelineRecorder
 from archsim.run.request import RunRequest
 from archsim.run.runner import run as run_request
 from archsim.run.target import fabric_for
@@ -134,8 +135,8 @@ def test_official_et_reads_communication_nodes_as_comm_ops(tmp_path: Path, gzipp
 
 def test_official_et_replays_on_a_system(tmp_path: Path, library: Library) -> None:
     path = _official_et(tmp_path / "rank0.et")
-    run = run_request(RunRequest.of("dgx-a100", str(path)), library, record=True)
-    result = run.result
+    recorder = TimelineRecorder()
+    result = run_request(RunRequest.of("dgx-a100", str(path)), library, observers=[recorder])
     assert result.num_chips == 8 and result.data_parallel == 8
     assert [layer.name for layer in result.layers] == ["aten::mm", "aten::relu", "aten::mm", "aten::add"]
     (reduce,) = result.collectives
@@ -153,8 +154,8 @@ def test_official_et_replays_on_a_system(tmp_path: Path, library: Library) -> No
     (call,) = archsim.collective("dgx-a100", "all-reduce", [64 * 2**20], library=library)
     assert reduce.end_s - reduce.start_s == pytest.approx(call.time_s)
     assert any(link.bytes > 0 for link in result.links)
-    assert len(run.timeline.chips) == 8
-    assert any(span.name == "nccl:all_reduce" for _, spans in run.timeline.links for span in spans)
+    assert len(recorder.timeline.chips) == 8
+    assert any(span.name == "nccl:all_reduce" for _, spans in recorder.timeline.links for span in spans)
 
 
 def test_a_chakra_et_and_a_built_in_workload_run_through_the_same_system_replay(
@@ -171,8 +172,8 @@ def test_a_chakra_et_and_a_built_in_workload_run_through_the_same_system_replay(
 
     monkeypatch.setattr(archsim.run.data_parallel, "data_parallel_step", spy)
     path = _official_et(tmp_path / "rank0.et")
-    from_et = run_request(RunRequest.of("dgx1", str(path)), library).result
-    builtin = run_request(RunRequest.of("dgx1", "resnet50", "train", 32), library).result
+    from_et = run_request(RunRequest.of("dgx1", str(path)), library)
+    builtin = run_request(RunRequest.of("dgx1", "resnet50", "train", 32), library)
     assert replayed == [1, len(builtin.collectives)]  # the ET's all-reduce; one per gradient bucket
     assert type(from_et) is type(builtin) is RunResult
     for result in (from_et, builtin):
@@ -194,7 +195,7 @@ def test_cli_replays_to_the_flat_json_and_refuses_a_chip_for_communication(
     assert record["num_chips"] == 8 and record["system"] == "dgx1"
     assert [c["name"] for c in record["collectives"]] == ["nccl:all_reduce"]
     assert [layer["name"] for layer in record["layers"]] == ["aten::mm", "aten::relu", "aten::mm", "aten::add"]
-    expected = run_request(RunRequest.of("dgx1", str(path)), library).result.step_time_s
+    expected = run_request(RunRequest.of("dgx1", str(path)), library).step_time_s
     assert record["step_time_s"] == expected
     assert main(["run", "v100", str(path)]) == 2
     err = capsys.readouterr().err
@@ -252,7 +253,7 @@ def test_sends_receives_and_barriers_run_on_the_innermost_links(tmp_path: Path, 
     barrier.attr.add(name="comm_type").int64_val = 9
     path = tmp_path / "p2p.et"
     path.write_bytes(encode(m["GlobalMetadata"](version="0.0.4"), send, recv, barrier))
-    result = run_request(RunRequest.of("dgx-a100", str(path)), library).result
+    result = run_request(RunRequest.of("dgx-a100", str(path)), library)
     assert [c.name for c in result.collectives] == ["send", "recv", "barrier"]
     system = library.system("dgx-a100")
     call = gradient_call(library, system, fabric_for(system, library, 1, "dgx-a100"), DEFAULT_BUCKET_BYTES)

@@ -3,7 +3,8 @@
 ``units`` identical multiply-accumulate units behind one SRAM, priced as a roofline with the
 family's efficiencies: a matrix op at ``compute`` of the units' peak, any other op at ``vector`` of
 the vector peak, overlapped with its main-memory traffic at ``memory_bandwidth`` of the bandwidth,
-plus the software's per-op cost. Importing the module registers the family ``toy``.
+plus the software's per-op cost. Importing the module registers the family ``toy`` with its
+efficiency values and its software stack (``DEFAULTS``): the family is this module and a chip file.
 """
 
 from __future__ import annotations
@@ -11,7 +12,14 @@ from __future__ import annotations
 from archsim.models.base import ChipRates, OpCost, Unit, chip_rates, finish
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Bytes, Count, Precision
-from archsim.spec.registry import FamilyDefinition, FamilyEfficiency, FamilySection, Mechanism, register_family
+from archsim.spec.registry import (
+    FamilyDefaults,
+    FamilyDefinition,
+    FamilyEfficiency,
+    FamilySection,
+    Mechanism,
+    register_family,
+)
 from archsim.workloads.trace import Op
 
 
@@ -65,6 +73,27 @@ def build(chip: ChipSpec, efficiency: FamilyEfficiency, precision: Precision, fo
     return ToyModel(chip, efficiency, precision)
 
 
-register_family(
-    FamilyDefinition("toy", ToySection, FamilyEfficiency, Mechanism.KERNEL_LAUNCH, build, "a toy roofline chip")
+DEFAULTS = FamilyDefaults(
+    efficiency={"compute": 0.8, "memory_bandwidth": 0.8, "vector": 0.5},
+    software={
+        "name": "toy-runtime",
+        "description": "toy runtime launching one kernel per op",
+        "dispatch": {
+            "mechanism": "kernel-launch",
+            "per_op": "5 us",
+            "framework": "0 s",
+            "host": "2 us",
+            "per_step": "0 s",
+        },
+        "sources": {"dispatch": "example values"},
+    },
+    sources={"efficiency": "example values, not fitted"},
 )
+"""The family's efficiency values and its one software stack (what a family file and a software file would say)."""
+
+register_family(
+    FamilyDefinition(
+        "toy", ToySection, FamilyEfficiency, Mechanism.KERNEL_LAUNCH, build, "Toy roofline chips (a plug-in family)",
+        DEFAULTS,
+    )
+)  # fmt: skip
