@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -182,6 +183,25 @@ def test_run_loads_only_what_it_uses(tmp_path: Path) -> None:
     warm = _modules_after(run, tmp_path)
     assert not HEAVY & warm
     assert not {"yaml", "archsim.commands.listing", "archsim.commands.sweep"} & warm
+
+
+def test_the_program_freezes_what_its_imports_made_and_a_call_leaves_the_collector_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # as the program (no argv): the imports' objects are frozen, and the collector is on for the run
+    program = "import gc, sys\nsys.argv = ['archsim', 'list', 'chips']\nfrom archsim.cli import main\nmain()\n"
+    script = program + "print(gc.isenabled(), gc.get_freeze_count())"
+    env = {**os.environ, CACHE_ENV: str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
+    enabled, frozen = done.stdout.splitlines()[-1].split()
+    assert enabled == "True"
+    assert int(frozen) > 10_000
+    # called with argv (a test, a notebook): the host's collector is left as it was
+    before = gc.get_freeze_count()
+    code, out, _ = run_cli(capsys, "list", "chips")
+    assert code == 0 and "v100-16gb" in out
+    assert gc.isenabled()
+    assert gc.get_freeze_count() == before
 
 
 MULTI_CHIP = {
