@@ -183,6 +183,19 @@ def test_run_loads_only_what_it_uses(tmp_path: Path) -> None:
     warm = _modules_after(run, tmp_path)
     assert not HEAVY & warm
     assert not {"yaml", "archsim.commands.listing", "archsim.commands.sweep"} & warm
+    assert not OTHER_WORKLOADS & warm
+
+
+OTHER_WORKLOADS = {
+    "archsim.workloads.onnx_import",
+    "archsim.workloads.chakra",
+    "archsim.workloads.bert",
+    "archsim.workloads.decoder",
+    "archsim.workloads.tensor_parallel",
+    "archsim.workloads.expert_parallel",
+}
+"""What a run of a ResNet does not build with: the ONNX and Chakra readers, the BERT and decoder graphs and
+the decoders' parallel transforms."""
 
 
 def test_the_program_freezes_what_its_imports_made_and_a_call_leaves_the_collector_alone(
