@@ -184,6 +184,7 @@ def test_run_loads_only_what_it_uses(tmp_path: Path) -> None:
     assert not HEAVY & warm
     assert not {"yaml", "archsim.commands.listing", "archsim.commands.sweep"} & warm
     assert not OTHER_WORKLOADS & warm
+    assert "archsim.results.training" not in warm  # input pipeline and time to train: simulate_training's
 
 
 OTHER_WORKLOADS = {
@@ -226,8 +227,11 @@ MULTI_CHIP = {
     "archsim.models.interconnect",
     "archsim.models.placement",
     "archsim.spec.system",
+    "archsim.engine.records",
+    "archsim.run.tensor_parallel",
 }
-"""What only a multi-chip system's run needs: SimPy, the collective engine, the fabric and its description."""
+"""What only a multi-chip system's run needs: SimPy, the collective engine and its records, the fabric and its
+description, the parallel groups' calls."""
 
 OTHER_FAMILIES = {
     "archsim.models.ipu",
