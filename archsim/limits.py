@@ -165,7 +165,8 @@ def description_files(root: Path) -> list[Path]:
             raise LimitError(
                 str(root), "search path", f"more than {MAX_LIBRARY_ENTRIES} entries; expected a folder of descriptions"
             )
-        found += [Path(folder) / name for name in files if name.endswith(".yaml")]
+        base = Path(folder)  # parsed once per folder, not once per file
+        found += [base / name for name in files if name.endswith(".yaml")]
         if len(found) > MAX_LIBRARY_FILES:
             raise LimitError(
                 str(root), "search path", f"more than {MAX_LIBRARY_FILES} YAML files; expected a folder of descriptions"

@@ -22,7 +22,8 @@ are identical.
 
 ``--against DIR`` times the cold-start cases (``archsim run v100 resnet50``, ``archsim list chips``) in
 this checkout and in another one (``git worktree add /tmp/old a4f1a47``), alternating run by run so
-that both see the same load on a shared machine, and prints both medians and their ratio.
+that both see the same load on a shared machine, and prints both medians and their ratio, and the
+median CPU time (user + system) of the processes, which does not count waiting for a core.
 
 ``--batch-sweep N`` times ``archsim sweep sweeps/systolic-shape-100k.yaml`` (100,000 configurations,
 the batch path) into a fresh folder N times, and prints configurations per second of the batch
@@ -37,7 +38,8 @@ prints its best throughput per mm^2, the figure the search is compared with.
 ``--stages`` times only the stages of one run in-process and a warm ``simulate()`` call.
 
 With or without ``--quick``, a table of fresh processes that only start Python, import pydantic, and
-import what ``archsim run`` imports shows where a cold run's time goes.
+import what ``archsim run`` imports (as the program imports: the cyclic collector paused, then frozen)
+shows where a cold run's time goes.
 
 ``--suite N`` times the whole test suite (``python -m pytest``, as configured: in parallel on every
 core) N times and prints each run's summary line.
@@ -114,36 +116,58 @@ START_UP = [
 ]
 """Where a cold ``archsim run`` spends its time: fresh processes, each importing more than the last."""
 
+AS_THE_PROGRAM = "import gc\ngc.disable()\n{code}\ngc.freeze()"
+"""How the ``archsim`` program imports (``archsim.cli._long_lived_imports``): the cyclic collector paused,
+then what the imports made frozen. The start-up cases import the same way, so that they add up to it."""
+
 
 def bench_start_up(repeat: int) -> None:
     """The start-up cases: the cold run row less the last of them is the run itself."""
     print(f"\nwhere a cold run's time goes (fresh process each, {repeat} runs after a warm-up)")
     print(f"{'case':<34} {'median ms':>9} {'min ms':>9} {'max ms':>9}")
     for label, code in START_UP:
-        print(row(label, time_process(["-c", code], repeat, module=False)), flush=True)
+        program = AS_THE_PROGRAM.format(code=code)
+        print(row(label, time_process(["-c", program], repeat, module=False)), flush=True)
 
 
 def bench_against(other: Path, repeat: int) -> None:
     """The cold-start cases in this checkout and in ``other`` (another checkout of archsim), run by run in
     turn, so that both see the same load; each checkout is run from its own folder (``python -m`` puts
-    the working directory first on the path) with a library cache of its own."""
+    the working directory first on the path) with a library cache of its own.
+
+    Besides the wall times, the processes' own CPU time (user + system): on a shared machine a process
+    also waits for a core, which its wall time counts and its CPU time does not."""
     trees = {"this": ROOT, "other": other.resolve()}
     caches = {name: tempfile.TemporaryDirectory(prefix=f"archsim-bench-{name}-") for name in trees}
     print(f"cold start, this checkout ({ROOT}) and {trees['other']} in turn, {repeat} runs each after a warm-up")
-    print(f"{'case':<34} {'this ms':>9} {'other ms':>9} {'this/other':>10}")
+    print(f"{'case':<34} {'this ms':>9} {'other ms':>9} {'this/other':>10} {'this CPU':>9} {'other CPU':>9}")
     for label, cli_args in CLI_CASES[:2]:
         times: dict[str, list[float]] = {name: [] for name in trees}
+        cpu: dict[str, list[float]] = {name: [] for name in trees}
         for counted in [False] + [True] * repeat:
             for name, tree in trees.items():
                 env = CHILD_ENV | {"PYTHONPATH": str(tree), "ARCHSIM_CACHE_DIR": caches[name].name}
                 start = time.perf_counter()
-                subprocess.run(
-                    [sys.executable, "-m", "archsim.cli", *cli_args], check=True, capture_output=True, cwd=tree, env=env
+                child = subprocess.Popen(
+                    [sys.executable, "-m", "archsim.cli", *cli_args],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    cwd=tree,
+                    env=env,
                 )
+                _, status, usage = os.wait4(child.pid, 0)
+                if status != 0:
+                    raise SystemExit(f"archsim {' '.join(cli_args)} failed in {tree}")
                 if counted:
                     times[name].append(time.perf_counter() - start)
+                    cpu[name].append(usage.ru_utime + usage.ru_stime)
         this, that = (statistics.median(times[name]) for name in trees)
-        print(f"{label:<34} {1e3 * this:>9.1f} {1e3 * that:>9.1f} {this / that:>10.2f}", flush=True)
+        this_cpu, that_cpu = (statistics.median(cpu[name]) for name in trees)
+        print(
+            f"{label:<34} {1e3 * this:>9.1f} {1e3 * that:>9.1f} {this / that:>10.2f} "
+            f"{1e3 * this_cpu:>9.1f} {1e3 * that_cpu:>9.1f}",
+            flush=True,
+        )
 
 
 def time_call(function: Callable[[], object], repeat: int) -> list[float]:

@@ -23,9 +23,10 @@ from archsim.spec.common import Precision
 from archsim.spec.library import Library
 from archsim.spec.model import Optimizer
 from archsim.workloads import build_trace, write_trace
-from archsim.workloads.chakra import is_chakra, read_chakra, write_chakra
-from archsim.workloads.onnx_import import DEFAULT_OPTIMIZER, import_onnx, is_onnx
+from archsim.workloads.chakra import read_chakra, write_chakra
+from archsim.workloads.onnx_import import DEFAULT_OPTIMIZER, import_onnx
 from archsim.workloads.options import TraceOptions
+from archsim.workloads.sources import is_chakra, is_onnx
 from archsim.workloads.trace import Mode, Trace
 
 PRECISIONS = [p.value for p in Precision]

@@ -8,15 +8,18 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from archsim.engine.replay import OpTiming
 from archsim.memory_fit import capacity_bytes, capacity_technology, split_bytes
 from archsim.models.base import Bound
-from archsim.results.records import CollectiveRecord, LayerRecord, LinkRecord, Normalized, RunResult
+from archsim.results.records import LayerRecord, LinkRecord, Normalized, RunResult
 from archsim.spec.chip import ChipSpec
 from archsim.workloads.memory import MemoryPerChip, memory_per_chip
 from archsim.workloads.trace import Mode, Op, Phase, Trace
+
+if TYPE_CHECKING:
+    from archsim.engine.records import CollectiveRecord
 
 
 def throughput_unit(trace: Trace) -> str:

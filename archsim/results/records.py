@@ -20,16 +20,18 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from archsim.engine.records import CollectiveRecord
 from archsim.engine.replay import OpTiming
-from archsim.results.training import InputRecord, TimeToTrainRecord
 
-__all__ = ["CollectiveRecord", "LayerRecord", "LinkRecord", "Normalized", "RunResult", "to_json"]
+__all__ = ["LayerRecord", "LinkRecord", "Normalized", "RunResult", "to_json"]
 from archsim.spec.chip import ChipSpec
 from archsim.workloads.memory import MemoryPerChip
 from archsim.workloads.trace import Op
+
+if TYPE_CHECKING:  # the types of fields a one-chip run leaves empty: their modules are not loaded for it
+    from archsim.engine.records import CollectiveRecord
+    from archsim.results.training import InputRecord, TimeToTrainRecord
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,8 +22,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from archsim.outfile import write_file
-
 MIRRORED_CHIPS = 64
 """Systems up to this many chips get one compute lane per chip."""
 CHIPS_PID = 1
@@ -85,5 +83,7 @@ def trace_events(timeline: Timeline) -> dict[str, Any]:
 
 def write_timeline(timeline: Timeline, path: str | os.PathLike[str]) -> None:
     """Write the trace-event file atomically; a failure raises UsageError naming the path."""
+    from archsim.outfile import write_file  # and tempfile: loaded when a file is written, not by every run
+
     text = json.dumps(trace_events(timeline), separators=(",", ":"), allow_nan=False)
     write_file(path, text, "--timeline")

@@ -13,11 +13,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from archsim.engine.options import DEFAULT_CHUNK_BYTES, Schedule
-from archsim.engine.records import LinkStatistics
 from archsim.models import cost_model_for
 from archsim.models.base import CostModel, framework_overhead_s
 from archsim.run.request import Layout
-from archsim.run.tensor_parallel import GroupCalls, StreamCommModel
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import StreamingMemory
 from archsim.spec.efficiency import Efficiency
@@ -31,9 +29,11 @@ from archsim.workloads.transforms import DEFAULT_BUCKET_BYTES
 if TYPE_CHECKING:  # the multi-chip engine's types: a one-chip run never loads those modules
     from archsim.engine.network import LinkObserver
     from archsim.engine.parallel import CommOptions, CommPlan
+    from archsim.engine.records import LinkStatistics
     from archsim.models.interconnect import Fabric
     from archsim.models.placement import Placement
     from archsim.run.observers import RunObserver
+    from archsim.run.tensor_parallel import GroupCalls
     from archsim.spec.system import SystemSpec
 
 
@@ -138,4 +138,6 @@ class SystemContext:
         model = cost_model_for(self.chip, self.efficiency, trace.precision, footprint, framework_s)
         if self.group_calls is None and self.expert_calls is None:
             return model
+        from archsim.run.tensor_parallel import StreamCommModel  # tensor- or expert-parallel systems only
+
         return StreamCommModel(model, self.group_calls, self.expert_calls)

@@ -16,7 +16,6 @@ wrap around follows the level's ``wraparound_multiple``.
 from __future__ import annotations
 
 import copy
-import difflib
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -56,6 +55,8 @@ def suggest(name: str, known: Sequence[str]) -> str:
     Close means :func:`difflib.get_close_matches` over case-folded names (at most three); with no close
     name, a short list is given whole and a long one is left to ``archsim list``.
     """
+    import difflib  # only a misspelt name needs it: not loaded by every run
+
     by_folded = {n.casefold(): n for n in sorted(known, reverse=True)}
     close = difflib.get_close_matches(name.casefold(), list(by_folded), n=3, cutoff=0.6)
     if close:

@@ -30,21 +30,19 @@ from archsim.errors import SpecError, UsageError
 from archsim.spec.common import Fusion, Precision
 from archsim.spec.library import Entry, Library
 from archsim.spec.model import Architecture, DecoderSection, ModelSpec
-from archsim.workloads.bert import bert_graph
-from archsim.workloads.chakra import is_chakra, read_chakra
 from archsim.workloads.conv import conv_graph, is_conv
-from archsim.workloads.decoder import DEFAULT_GEN_LEN, DEFAULT_PROMPT_LEN, decoder_graph, matrix_flops, step_shape
-from archsim.workloads.expert_parallel import with_expert_parallel
 from archsim.workloads.gemm import gemm_graph, is_gemm
 from archsim.workloads.graph import ForwardGraph
 from archsim.workloads.memory import finish_trace
-from archsim.workloads.onnx_import import is_onnx
 from archsim.workloads.options import Recompute, TraceOptions
 from archsim.workloads.resnet import resnet_graph
-from archsim.workloads.tensor_parallel import ShardComm, with_tensor_parallel
+from archsim.workloads.sources import is_chakra, is_onnx
 from archsim.workloads.trace import Mode, Trace
 
+# the BERT and decoder graphs, their parallel transforms and the file readers are imported where a
+# workload needs them: a run of one model loads only its own (a cold start pays for every import)
 if TYPE_CHECKING:
+    from archsim.workloads.tensor_parallel import ShardComm
     from archsim.workloads.traceio import read_trace, write_trace
 
 __all__ = ["Fusion", "TraceOptions", "build_trace", "from_torch", "microbatch_trace", "read_trace", "write_trace"]
@@ -95,11 +93,16 @@ def _model_trace(
         problem = f"shards a mixture of experts' experts: {spec.name} is dense (a model with a moe section would do)"
         raise UsageError(source, "--expert-parallel", problem)
     if spec.architecture is Architecture.DECODER and spec.decoder is not None:
+        from archsim.workloads.expert_parallel import with_expert_parallel
+        from archsim.workloads.tensor_parallel import with_tensor_parallel
+
         seq_len, graph, meta = _decoder_graph(spec, source, mode, batch, precision, seq_len, options, meta)
         trace = finish_trace(replace(graph, meta=meta), mode, batch, seq_len, spec.optimizer, options)
         trace = with_tensor_parallel(trace, _shard_comm(spec.decoder, mode, batch, trace, options))
         return with_expert_parallel(trace, options.expert_parallel)
     if spec.architecture is Architecture.BERT and spec.bert is not None:
+        from archsim.workloads.bert import bert_graph
+
         limit = spec.bert.max_position
         if seq_len is None:
             seq_len = spec.bert.default_seq_len
@@ -129,6 +132,8 @@ def _decoder_graph(
     ``meta["model_flops"]`` is the whole model's :func:`~archsim.workloads.decoder.matrix_flops` for the
     step (what MFU counts).
     """
+    from archsim.workloads.decoder import DEFAULT_GEN_LEN, DEFAULT_PROMPT_LEN, decoder_graph, matrix_flops, step_shape
+
     assert spec.decoder is not None
     gen_len = options.gen_len
     limit = spec.decoder.max_position
@@ -163,6 +168,8 @@ def _decoder_graph(
 
 def _shard_comm(cfg: DecoderSection, mode: Mode, batch: int, trace: Trace, options: TraceOptions) -> ShardComm:
     """What the tensor-parallel shards of a decoder step exchange (:mod:`archsim.workloads.tensor_parallel`)."""
+    from archsim.workloads.tensor_parallel import ShardComm
+
     assert trace.seq_len is not None
     queries = 1 if mode is Mode.DECODE else trace.seq_len
     tokens, size = batch * queries, trace.precision.nbytes
@@ -279,6 +286,8 @@ def _build(
 
         return onnx_trace(workload, mode, batch, precision, seq_len, options=options), False
     if is_chakra(workload):
+        from archsim.workloads.chakra import read_chakra
+
         _built_already(workload, options)
         chakra = read_chakra(workload, precision)
         if chakra.has_comm and not communication:

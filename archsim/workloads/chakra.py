@@ -60,10 +60,8 @@ from archsim.workloads.trace import (
 )
 from archsim.workloads.transforms import comm_op
 
-__all__ = ["SUFFIXES", "chakra_bytes", "is_chakra", "read_chakra", "write_chakra"]
+__all__ = ["chakra_bytes", "read_chakra", "write_chakra"]
 
-SUFFIXES = (".et", ".chakra")
-"""Workload names ending with one of these are Chakra execution traces."""
 COLLECTIVES = {
     0: CommKind.ALL_REDUCE,
     1: CommKind.REDUCE,
@@ -78,11 +76,6 @@ COLLECTIVES = {
 }
 """Chakra's ``CollectiveCommType`` values (``REDUCE_SCATTER_BLOCK`` is a reduce-scatter)."""
 _MATRIX_NAME = re.compile(r"(^|[^a-z])(mm|bmm|matmul|addmm|baddbmm|linear|gemm)([^a-z]|$)", re.IGNORECASE)
-
-
-def is_chakra(workload: str) -> bool:
-    """True when ``workload`` names a Chakra execution trace (``*.et``, ``*.chakra``)."""
-    return workload.lower().endswith(SUFFIXES)
 
 
 def _count(value: Any, source: str, field: str) -> int:

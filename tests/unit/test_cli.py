@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -182,6 +183,39 @@ def test_run_loads_only_what_it_uses(tmp_path: Path) -> None:
     warm = _modules_after(run, tmp_path)
     assert not HEAVY & warm
     assert not {"yaml", "archsim.commands.listing", "archsim.commands.sweep"} & warm
+    assert not OTHER_WORKLOADS & warm
+    assert "archsim.results.training" not in warm  # input pipeline and time to train: simulate_training's
+
+
+OTHER_WORKLOADS = {
+    "archsim.workloads.onnx_import",
+    "archsim.workloads.chakra",
+    "archsim.workloads.bert",
+    "archsim.workloads.decoder",
+    "archsim.workloads.tensor_parallel",
+    "archsim.workloads.expert_parallel",
+}
+"""What a run of a ResNet does not build with: the ONNX and Chakra readers, the BERT and decoder graphs and
+the decoders' parallel transforms."""
+
+
+def test_the_program_freezes_what_its_imports_made_and_a_call_leaves_the_collector_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # as the program (no argv): the imports' objects are frozen, and the collector is on for the run
+    program = "import gc, sys\nsys.argv = ['archsim', 'list', 'chips']\nfrom archsim.cli import main\nmain()\n"
+    script = program + "print(gc.isenabled(), gc.get_freeze_count())"
+    env = {**os.environ, CACHE_ENV: str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
+    enabled, frozen = done.stdout.splitlines()[-1].split()
+    assert enabled == "True"
+    assert int(frozen) > 10_000
+    # called with argv (a test, a notebook): the host's collector is left as it was
+    before = gc.get_freeze_count()
+    code, out, _ = run_cli(capsys, "list", "chips")
+    assert code == 0 and "v100-16gb" in out
+    assert gc.isenabled()
+    assert gc.get_freeze_count() == before
 
 
 MULTI_CHIP = {
@@ -193,8 +227,11 @@ MULTI_CHIP = {
     "archsim.models.interconnect",
     "archsim.models.placement",
     "archsim.spec.system",
+    "archsim.engine.records",
+    "archsim.run.tensor_parallel",
 }
-"""What only a multi-chip system's run needs: SimPy, the collective engine, the fabric and its description."""
+"""What only a multi-chip system's run needs: SimPy, the collective engine and its records, the fabric and its
+description, the parallel groups' calls."""
 
 OTHER_FAMILIES = {
     "archsim.models.ipu",

@@ -88,17 +88,10 @@ from archsim.workloads.onnx_import.ops import SUPPORTED
 from archsim.workloads.options import TraceOptions
 from archsim.workloads.trace import Mode, Trace
 
-__all__ = ["DEFAULT_OPTIMIZER", "SUFFIX", "import_onnx", "is_onnx", "load_onnx", "onnx_graph", "onnx_trace"]
+__all__ = ["DEFAULT_OPTIMIZER", "import_onnx", "load_onnx", "onnx_graph", "onnx_trace"]
 
-SUFFIX = ".onnx"
-"""Workload names ending with this are ONNX files."""
 DEFAULT_OPTIMIZER = Optimizer.ADAM
 """Optimizer of an imported model's training step (ONNX files do not say; Adam is the common one)."""
-
-
-def is_onnx(workload: str) -> bool:
-    """True when ``workload`` names an ONNX file (``*.onnx``)."""
-    return workload.lower().endswith(SUFFIX)
 
 
 def onnx_graph(
