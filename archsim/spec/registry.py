@@ -8,7 +8,8 @@ A definition names everything archsim needs to know about a kind of chip, in one
   :class:`FamilyEfficiency`); its fields other than the dispatch costs are the ones the family file
   must set;
 * ``dispatch``: how the family's software issues an op (a :class:`Mechanism`);
-* ``model``: the cost-model factory, called as ``model(chip, efficiency, precision, footprint_bytes)``.
+* ``model``: the cost-model factory, called as ``model(chip, efficiency, precision, footprint_bytes)``;
+* ``batch``: optionally, the module of its batch model (many configurations priced at once, for sweeps).
 
 A family module defines these and calls :func:`register_family` when imported. The built-in families
 are such modules (:data:`BUILTIN_MODULES`); the registry imports them, then the modules named by the
@@ -152,6 +153,9 @@ class FamilyDefinition:
     model: Callable[[ChipSpec, Any, Precision, int], Any]
     """Cost-model factory ``model(chip, efficiency record, precision, footprint_bytes)``."""
     description: str = ""
+    batch: str | None = None
+    """Module of the family's batch model (:mod:`archsim.models.batch`), imported when a sweep prices many
+    variants of a chip at once; None: its sweeps take the event path, one run per configuration."""
 
 
 @cache
