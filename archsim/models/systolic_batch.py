@@ -274,13 +274,18 @@ class SystolicBatch:
         pairs = zip(sections, chips, strict=True)
         vector = floats([s.vector_ops_per_clock.get(precision, 0) * s.cores * c.clock for s, c in pairs])
         self.rates = batch_rates(chips, precision, vector)
+        self.memo: dict[object, MatrixCosts] = {}
 
     def cost(self, op: Op) -> BatchCost | None:
         """Price one op on the arrays (matrix) or the vector unit; None past :data:`EXACT`."""
         eff, rates = self.eff, self.rates
         dram_bw = rates.dram_bytes_per_s * eff.memory_bandwidth
         if op.gemm is not None:
-            costs = matrix_costs(op, self.batch, self.precision.bytes, eff.compute, dram_bw)
+            # what matrix_costs reads of the op: networks repeat the same layer shapes many times
+            key = (op.gemm, tuple(t.bytes for t in op.reads), op.conv, op.phase)
+            if key not in self.memo:
+                self.memo[key] = matrix_costs(op, self.batch, self.precision.bytes, eff.compute, dram_bw)
+            costs = self.memo[key]
             if not exact_integers(costs):
                 return None
             return finish(

@@ -1,0 +1,169 @@
+"""The tensor-core model over many GPUs at once: :class:`~archsim.models.tensorcore.TensorCoreModel` on arrays.
+
+A sweep of SM counts, clocks, shared memory or HBM bandwidth prices the same op on thousands of
+variants of one GPU. What depends on a variant alone (its blocks per SM for each tile shape, its SM
+MAC rate, CUDA-core rate and persistent on-chip bytes) is computed per variant by the scalar
+model's own functions; what depends on the op too (the tiled kernel of every tile shape and split-K
+factor, :func:`~archsim.models.memory.matrix_dram_bytes`, the choice of the candidate that finishes
+first) is the same arithmetic on arrays with one entry per variant, in the same order, so that each
+entry is the float the one-GPU model gives, bit for bit (see :mod:`archsim.models.batch`).
+
+A candidate infeasible on a variant (no block of its shape fits an SM) is skipped there, as the
+scalar model skips it; a variant on which none fits gets NaN, and the caller runs it on the event
+path, where the model refuses the chip in its own words. The tile choice of an op is memoized by the
+same key as :meth:`~archsim.models.tensorcore.TensorCoreModel.best_tile`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from archsim.models.base import Unit, ceil_div, gemm_of, operand_bytes
+from archsim.models.batch import (
+    EXACT,
+    BatchCost,
+    Floats,
+    Ints,
+    batch_rates,
+    cdiv,
+    finish,
+    floats,
+    ints,
+    isqrt,
+    largest,
+)
+from archsim.models.tensorcore import (
+    ACCUMULATOR_BYTES,
+    MIN_K_PER_SPLIT,
+    SPLIT_K,
+    TILE_K,
+    TILE_SHAPES,
+    WARPS_FOR_FULL_RATE,
+    TensorCoreEfficiency,
+    TensorCoreSection,
+    blocks_per_sm,
+    compute_fraction,
+    cuda_core_flops_per_s,
+    may_split_k,
+    persistent_bytes,
+    sm_macs_per_clock,
+    statistics_bytes,
+)
+from archsim.spec.chip import ChipSpec
+from archsim.spec.common import Precision
+from archsim.workloads.trace import Op
+
+
+def group_key(chip: ChipSpec) -> str:
+    """Every variant of a GPU can be priced with every other: all its numbers are arrays here."""
+    return chip.family
+
+
+def matrix_dram_bytes(op: Op, m_tiles: int, n_tiles: int, concurrent: Ints, element_bytes: int) -> Ints:
+    """:func:`~archsim.models.memory.matrix_dram_bytes` for each entry of ``concurrent``."""
+    if op.gemm is None or len(op.reads) < 2:
+        return np.full(concurrent.shape, op.bytes, dtype=np.int64)
+    # wave_shape, on arrays
+    wave_m = np.maximum(1, np.minimum(m_tiles, isqrt(concurrent)))
+    wave_n = np.maximum(1, np.minimum(n_tiles, concurrent // wave_m))
+    wave_m = np.maximum(1, np.minimum(m_tiles, concurrent // wave_n))
+    a, b, extras = operand_bytes(op, element_bytes)
+    return np.asarray(a * cdiv(n_tiles, wave_n) + b * cdiv(m_tiles, wave_m) + extras + op.bytes_written)
+
+
+class TensorCoreBatch:
+    """:class:`~archsim.models.tensorcore.TensorCoreModel` of many variants of one GPU at one precision."""
+
+    separate_units = False
+
+    def __init__(self, chips: Sequence[ChipSpec], efficiency: TensorCoreEfficiency, precision: Precision) -> None:
+        self.eff, self.precision = efficiency, precision
+        sections = [c.section_of(TensorCoreSection) for c in chips]
+        pairs = list(zip(sections, chips, strict=True))
+        self.rates = batch_rates(
+            chips, precision, floats([cuda_core_flops_per_s(s, c.clock, precision) for s, c in pairs])
+        )
+        self.sm_count = ints([s.sm_count for s in sections])
+        self.onchip_bytes = ints([persistent_bytes(s) for s in sections])
+        self.sm_macs = ints([sm_macs_per_clock(s, precision) for s in sections])
+        self.blocks = {shape: ints([blocks_per_sm(s, precision, *shape) for s in sections]) for shape in TILE_SHAPES}
+        self.memo: dict[object, tuple[Floats, Floats, Ints] | None] = {}
+
+    def cost(self, op: Op) -> BatchCost | None:
+        """Price one op (matrix ops as tiled kernels, the rest as streaming kernels); None past :data:`EXACT`."""
+        eff, rates = self.eff, self.rates
+        dram_bw = rates.dram_bytes_per_s * eff.memory_bandwidth
+        if op.gemm is not None:
+            key = (op.gemm, tuple(t.bytes for t in op.reads), op.bytes_written, op.conv is not None, op.phase)
+            if key not in self.memo:
+                self.memo[key] = self._best_tile(op, dram_bw)
+            found = self.memo[key]
+            if found is None:
+                return None
+            compute_s, memory_s, dram = found
+            return finish(rates, op, compute_s, memory_s, eff.op_overhead, dram, Unit.MATRIX)
+        compute_s = op.flops / (rates.vector_flops_per_s * eff.vector)
+        dram = op.bytes + np.maximum(0, statistics_bytes(op) - self.onchip_bytes)
+        if largest(dram) >= EXACT:
+            return None
+        return finish(rates, op, compute_s, dram / dram_bw, eff.op_overhead, dram, Unit.VECTOR)
+
+    def _best_tile(self, op: Op, dram_bytes_per_s: Floats) -> tuple[Floats, Floats, Ints] | None:
+        """The feasible candidate that finishes first on each variant (ties: the earlier), as ``best_tile``."""
+        k = gemm_of(op).k
+        shape = self.sm_count.shape
+        best_key = np.full(shape, np.inf)
+        best_compute, best_memory = np.full(shape, np.nan), np.full(shape, np.nan)
+        best_dram = np.zeros(shape, dtype=np.int64)
+        for tile_m, tile_n, threads in TILE_SHAPES:
+            for split in SPLIT_K:
+                if split > 1 and (not may_split_k(op) or k < split * MIN_K_PER_SPLIT):
+                    break
+                found = self._tile(op, tile_m, tile_n, threads, split, dram_bytes_per_s)
+                if found is None:
+                    return None
+                feasible, compute_s, dram, memory_s = found
+                time_s = np.maximum(compute_s, memory_s)
+                # min() keeps the first of equal candidates: only a strictly shorter one replaces it
+                better = feasible & (time_s < best_key)
+                best_key = np.where(better, time_s, best_key)
+                best_compute = np.where(better, compute_s, best_compute)
+                best_memory = np.where(better, memory_s, best_memory)
+                best_dram = np.where(better, dram, best_dram)
+        return best_compute, best_memory, best_dram
+
+    def _tile(
+        self, op: Op, tile_m: int, tile_n: int, threads: int, split: int, dram_bytes_per_s: Floats
+    ) -> tuple[npt.NDArray[np.bool_], Floats, Ints, Floats] | None:
+        """``TensorCoreModel._tile`` on every variant: (feasible, compute_s, dram_bytes, memory_s)."""
+        gemm = gemm_of(op)
+        blocks = self.blocks[(tile_m, tile_n, threads)]
+        feasible = blocks >= 1
+        safe_blocks = np.where(feasible, blocks, 1)  # (an infeasible variant's numbers are not used)
+        m_tiles, n_tiles = ceil_div(gemm.m, tile_m), ceil_div(gemm.n, tile_n)
+        tiles = gemm.batch * m_tiles * n_tiles * split
+        k_steps = ceil_div(ceil_div(gemm.k, split), TILE_K)
+        tiles_on_busiest_sm = cdiv(tiles, self.sm_count)
+        macs_on_busiest_sm = tiles_on_busiest_sm * tile_m * tile_n * k_steps * TILE_K
+        resident_warps = np.minimum(tiles_on_busiest_sm, safe_blocks) * threads // 32
+        occupancy = np.minimum(1.0, resident_warps / WARPS_FOR_FULL_RATE)
+        waves = cdiv(tiles_on_busiest_sm, safe_blocks)
+        rate = self.sm_macs * compute_fraction(self.eff, op) * occupancy * self.rates.clock_hz
+        dram = matrix_dram_bytes(op, m_tiles, n_tiles, self.sm_count * safe_blocks, self.precision.bytes)
+        if split > 1:
+            # partial sums go out in fp32 and are read back by the reduction
+            dram = dram + 2 * split * gemm.batch * gemm.m * gemm.n * ACCUMULATOR_BYTES
+        if max(tiles, largest(macs_on_busiest_sm, dram)) >= EXACT:
+            return None
+        compute_s = macs_on_busiest_sm / rate + waves * self.eff.wave_overhead
+        return feasible, compute_s, dram, dram / dram_bytes_per_s
+
+
+def build_batch(
+    chips: Sequence[ChipSpec], efficiency: TensorCoreEfficiency, precision: Precision, footprint_bytes: int
+) -> TensorCoreBatch:
+    """The family's batch-model factory (the footprint lives in main memory, so it is not needed)."""
+    return TensorCoreBatch(chips, efficiency, precision)

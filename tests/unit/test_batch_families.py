@@ -1,0 +1,91 @@
+"""Each family's batch model (:mod:`archsim.models.batch`) gives the event path's table on a sample sweep.
+
+One small sweep per family, run both ways (``--path batch`` and ``--path event``): training and
+inference, a matrix product, and axes that move the fields the family's model reads, including a
+value the family's model refuses (its rows carry the event path's error). The tables must be
+identical, bit for bit. The systolic family's sample is in ``tests/unit/test_sweep_batch.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import yaml
+
+import archsim.sweep.batch
+from archsim.errors import UsageError
+from archsim.spec.registry import family_definition, register_family
+from archsim.sweep import run_sweep
+
+
+@pytest.fixture
+def priced(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Price groups of any size together, and count the rows the batch path priced itself."""
+    monkeypatch.setattr("archsim.sweep.batch.MIN_GROUP", 1)
+    counts: list[int] = []
+    evaluate = archsim.sweep.batch.evaluate
+
+    def counted(group: Any) -> Any:
+        results = evaluate(group)
+        counts.append(sum(r is not None for r in results))
+        return results
+
+    monkeypatch.setattr("archsim.sweep.batch.evaluate", counted)
+    return counts
+
+
+def both_paths(tmp_path: Path, data: dict[str, object]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump({"schema_version": 1, "kind": "sweep", "name": "family-sample", **data}))
+    batch = run_sweep(str(path), jobs=1, progress=False, path="batch")
+    event = run_sweep(str(path), jobs=1, progress=False, path="event")
+    return batch, event
+
+
+TENSORCORE = {
+    "target": ["v100", "p100"],  # Volta (tensor cores), Pascal (CUDA cores only)
+    "workloads": [
+        {"name": "resnet50", "batch": 4},
+        {"name": "resnet50", "mode": "train", "batch": 2},  # dgrad and split-K wgrad, batch statistics
+        {"name": "gemm:1000x3000x700"},
+    ],
+    "settings": {"mode": "infer"},
+    # 8 KiB of shared memory holds no tile: the model refuses the chip, on both paths in its words
+    "grid": {"chip.tensorcore.shared_memory_per_sm": ["8 KiB", "64 KiB"]},
+    "zip": [
+        {
+            "chip.tensorcore.sm_count": [20, 80],
+            "chip.tensorcore.l2_cache": ["1 MiB", "40 MiB"],
+            "chip.clock": ["0.9 GHz", "1.4 GHz"],
+        }
+    ],
+}
+
+
+def test_tensorcore_batch_equals_event(tmp_path: Path, priced: list[int]) -> None:
+    batch, event = both_paths(tmp_path, TENSORCORE)
+    assert len(batch) == 2 * 3 * 2 * 2
+    assert batch["error"].str.contains("no thread-block tile fits").sum() == len(batch) // 2
+    assert sum(priced) == len(batch) // 2  # every other row priced on the batch path
+    pd.testing.assert_frame_equal(batch, event, check_exact=True)
+
+
+def test_a_family_without_a_batch_model_takes_the_event_path(tmp_path: Path) -> None:
+    """A family registered without ``batch`` (a plug-in's, say) is refused by ``--path batch``, in one line."""
+    definition = family_definition("tensorcore")
+    register_family(dataclasses.replace(definition, batch=None))
+    try:
+        data = {**TENSORCORE, "target": "v100", "workloads": [{"name": "gemm:512x512x512"}], "zip": []}
+        path = tmp_path / "sweep.yaml"
+        path.write_text(yaml.safe_dump({"schema_version": 1, "kind": "sweep", "name": "plain", **data}))
+        with pytest.raises(UsageError, match="tensorcore chip"):
+            run_sweep(str(path), jobs=1, progress=False, path="batch")
+        auto = run_sweep(str(path), jobs=1, progress=False)
+        event = run_sweep(str(path), jobs=1, progress=False, path="event")
+        pd.testing.assert_frame_equal(auto, event, check_exact=True)
+    finally:
+        register_family(definition)
