@@ -24,7 +24,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from archsim.models.base import Unit, compulsory_bytes
+from archsim.models.base import Unit, compulsory_bytes, operand_bytes
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Precision
 from archsim.workloads.trace import Op
@@ -152,3 +152,15 @@ def isqrt(values: Ints) -> Ints:
 def largest(*values: Ints | int) -> int:
     """The largest entry of ``values`` (compare with :data:`EXACT`)."""
     return max(int(np.max(v)) for v in values)
+
+
+def matrix_dram_bytes(op: Op, m_tiles: int, n_tiles: int, concurrent: Ints, element_bytes: int) -> Ints:
+    """:func:`~archsim.models.memory.matrix_dram_bytes` for each entry of ``concurrent``."""
+    if op.gemm is None or len(op.reads) < 2:
+        return np.full(concurrent.shape, op.bytes, dtype=np.int64)
+    # wave_shape, on arrays
+    wave_m = np.maximum(1, np.minimum(m_tiles, isqrt(concurrent)))
+    wave_n = np.maximum(1, np.minimum(n_tiles, concurrent // wave_m))
+    wave_m = np.maximum(1, np.minimum(m_tiles, concurrent // wave_n))
+    a, b, extras = operand_bytes(op, element_bytes)
+    return np.asarray(a * cdiv(n_tiles, wave_n) + b * cdiv(m_tiles, wave_m) + extras + op.bytes_written)

@@ -169,5 +169,13 @@ def build(chip: ChipSpec, efficiency: FamilyEfficiency, precision: Precision, fo
 
 
 register_family(
-    FamilyDefinition("cube", CubeSection, FamilyEfficiency, Mechanism.TASK_DISPATCH, build, "Huawei Ascend Da Vinci")
+    FamilyDefinition(
+        "cube",
+        CubeSection,
+        FamilyEfficiency,
+        Mechanism.TASK_DISPATCH,
+        build,
+        "Huawei Ascend Da Vinci",
+        batch="archsim.models.cube_batch",
+    )
 )

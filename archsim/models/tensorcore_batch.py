@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from archsim.models.base import Unit, ceil_div, gemm_of, operand_bytes
+from archsim.models.base import Unit, ceil_div, gemm_of
 from archsim.models.batch import (
     EXACT,
     BatchCost,
@@ -32,8 +32,8 @@ from archsim.models.batch import (
     finish,
     floats,
     ints,
-    isqrt,
     largest,
+    matrix_dram_bytes,
 )
 from archsim.models.tensorcore import (
     ACCUMULATOR_BYTES,
@@ -60,18 +60,6 @@ from archsim.workloads.trace import Op
 def group_key(chip: ChipSpec) -> str:
     """Every variant of a GPU can be priced with every other: all its numbers are arrays here."""
     return chip.family
-
-
-def matrix_dram_bytes(op: Op, m_tiles: int, n_tiles: int, concurrent: Ints, element_bytes: int) -> Ints:
-    """:func:`~archsim.models.memory.matrix_dram_bytes` for each entry of ``concurrent``."""
-    if op.gemm is None or len(op.reads) < 2:
-        return np.full(concurrent.shape, op.bytes, dtype=np.int64)
-    # wave_shape, on arrays
-    wave_m = np.maximum(1, np.minimum(m_tiles, isqrt(concurrent)))
-    wave_n = np.maximum(1, np.minimum(n_tiles, concurrent // wave_m))
-    wave_m = np.maximum(1, np.minimum(m_tiles, concurrent // wave_n))
-    a, b, extras = operand_bytes(op, element_bytes)
-    return np.asarray(a * cdiv(n_tiles, wave_n) + b * cdiv(m_tiles, wave_m) + extras + op.bytes_written)
 
 
 class TensorCoreBatch:

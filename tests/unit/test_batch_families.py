@@ -74,6 +74,28 @@ def test_tensorcore_batch_equals_event(tmp_path: Path, priced: list[int]) -> Non
     pd.testing.assert_frame_equal(batch, event, check_exact=True)
 
 
+CUBE = {
+    "target": ["ascend910", "ascend910b"],
+    "workloads": [
+        {"name": "resnet50", "batch": 4},
+        {"name": "resnet50", "mode": "train", "batch": 2},
+        {"name": "gemm:1000x3000x700"},
+    ],
+    "settings": {"mode": "infer"},
+    # a small L0C leaves only small tiles; 16 AI cores against 32 moves the busiest core's share
+    "grid": {"chip.cube.l0c": ["16 KiB", "256 KiB"]},
+    "zip": [{"chip.cube.ai_cores": [16, 32], "chip.cube.l1": ["256 KiB", "1 MiB"], "chip.clock": ["0.8 GHz", "1 GHz"]}],
+}
+
+
+def test_cube_batch_equals_event(tmp_path: Path, priced: list[int]) -> None:
+    batch, event = both_paths(tmp_path, CUBE)
+    assert len(batch) == 2 * 3 * 2 * 2
+    assert batch["error"].isna().all()
+    assert sum(priced) == len(batch)
+    pd.testing.assert_frame_equal(batch, event, check_exact=True)
+
+
 def test_a_family_without_a_batch_model_takes_the_event_path(tmp_path: Path) -> None:
     """A family registered without ``batch`` (a plug-in's, say) is refused by ``--path batch``, in one line."""
     definition = family_definition("tensorcore")
