@@ -153,5 +153,6 @@ register_family(
         Mechanism.PROGRAM_LAUNCH,
         DataflowModel,
         "spatial dataflow chips (wafer-scale and reconfigurable)",
+        batch="archsim.models.dataflow_batch",
     )
 )

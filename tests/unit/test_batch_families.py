@@ -96,6 +96,35 @@ def test_cube_batch_equals_event(tmp_path: Path, priced: list[int]) -> None:
     pd.testing.assert_frame_equal(batch, event, check_exact=True)
 
 
+DATAFLOW = {
+    "target": ["sambanova-sn10", "cerebras-wse2"],
+    "workloads": [
+        {"name": "resnet50", "batch": 4},
+        {"name": "resnet50", "mode": "train", "batch": 2},
+        {"name": "gemm:1000x3000x700"},
+    ],
+    "settings": {"mode": "infer"},
+    "grid": {"chip.dataflow.fabric_bandwidth": ["1 TB/s", "150 TB/s"]},
+    # 64 MB holds no footprint of ResNet-50 here: its weights stream from main memory
+    "zip": [
+        {
+            "chip.dataflow.onchip_memory": ["64 MB", "40 GB"],
+            "chip.memory.onchip.capacity": ["64 MB", "40 GB"],
+            "chip.dataflow.processing_elements": [320, 640],
+            "chip.memory.main.bandwidth": ["100 GB/s", "150 GB/s"],
+        }
+    ],
+}
+
+
+def test_dataflow_batch_equals_event(tmp_path: Path, priced: list[int]) -> None:
+    batch, event = both_paths(tmp_path, DATAFLOW)
+    assert len(batch) == 2 * 3 * 2 * 2
+    assert batch["error"].isna().all()
+    assert sum(priced) == len(batch)
+    pd.testing.assert_frame_equal(batch, event, check_exact=True)
+
+
 def test_a_family_without_a_batch_model_takes_the_event_path(tmp_path: Path) -> None:
     """A family registered without ``batch`` (a plug-in's, say) is refused by ``--path batch``, in one line."""
     definition = family_definition("tensorcore")
