@@ -125,6 +125,37 @@ def test_dataflow_batch_equals_event(tmp_path: Path, priced: list[int]) -> None:
     pd.testing.assert_frame_equal(batch, event, check_exact=True)
 
 
+IPU = {
+    "target": ["gc200", "gc2"],
+    "workloads": [
+        {"name": "resnet50", "batch": 4},
+        {"name": "resnet50", "mode": "train", "batch": 2},  # the optimizer update's state, streamed or not
+        {"name": "gemm:1000x3000x700"},
+    ],
+    # what does not fit the In-Processor Memory lives in streaming memory
+    "settings": {"mode": "infer", "streaming_memory": "all"},
+    "grid": {"chip.ipu.exchange_bandwidth": ["2 TB/s", "8 TB/s"]},
+    # a quarter of the SRAM: the training footprint overflows, partitions spill to streaming memory
+    "zip": [
+        {
+            "chip.ipu.tile_sram": ["156 KiB", "624 KiB"],
+            "chip.ipu.tiles": [1472, 1472],
+            "chip.memory.onchip.capacity": ["224.25 MiB", "897 MiB"],
+            "chip.clock": ["1 GHz", "1.33 GHz"],
+        }
+    ],
+}
+
+
+def test_ipu_batch_equals_event(tmp_path: Path, priced: list[int]) -> None:
+    batch, event = both_paths(tmp_path, IPU)
+    assert len(batch) == 2 * 3 * 2 * 2
+    pd.testing.assert_frame_equal(batch, event, check_exact=True)
+    assert batch["error"].isna().all()
+    assert sum(priced) == len(batch)
+    assert (batch["memory_bound_s"] > 0).any()  # streaming memory set some op's time
+
+
 def test_a_family_without_a_batch_model_takes_the_event_path(tmp_path: Path) -> None:
     """A family registered without ``batch`` (a plug-in's, say) is refused by ``--path batch``, in one line."""
     definition = family_definition("tensorcore")
