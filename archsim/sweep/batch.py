@@ -1,11 +1,12 @@
 """The batch path of a sweep: a chunk's configurations priced together instead of one run at a time.
 
 It applies to a sweep (:func:`batch_reason` is None) whose targets are all single chips of a family
-with a batch model (:attr:`archsim.spec.registry.FamilyDefinition.batch`, :mod:`archsim.models.batch`) and no user
-op-cost functions, whose axes are all ``chip.`` fields, and whose runs are one-chip steps (no
-``nodes``, pipeline, time to train or input pipeline settings). Everything else is the event path
-(:func:`archsim.sweep.worker.run_chunk`): multi-chip systems (collectives contend for links in
-SimPy), other families, link/memory/system axes.
+with a batch model (:attr:`archsim.spec.registry.FamilyDefinition.batch`, :mod:`archsim.models.batch`:
+every built-in family has one) and no user op-cost functions, whose axes are all ``chip.`` fields, and
+whose runs are one-chip steps (no ``nodes``, pipeline, time to train or input pipeline settings).
+Everything else is the event path (:func:`archsim.sweep.worker.run_chunk`): multi-chip systems
+(collectives contend for links in SimPy), a plug-in family without a batch model, link/memory/system
+axes.
 
 Within a chunk each row is prepared as :func:`archsim.simulate` prepares a one-chip run: the
 variant is built and validated (:func:`~archsim.sweep.expand.variant`, so a bad combination is
@@ -50,8 +51,8 @@ from archsim.workloads.options import Recompute
 from archsim.workloads.trace import Trace
 
 MIN_GROUP = 8
-"""Fewest rows priced together: the vectorized model's per-op cost (tens of numpy calls per fold class
-and split) only pays for itself over several configurations; smaller groups run on the event path."""
+"""Fewest rows priced together: a batch model's per-op cost (tens of numpy calls per candidate tile,
+split or fold class) only pays for itself over several configurations; smaller groups run on the event path."""
 ONE_CHIP_SETTINGS = ("nodes", "microbatches", "input_decode")
 """Run settings that, when set, make a run more than one chip's step (or add an input pipeline)."""
 
