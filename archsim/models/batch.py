@@ -7,7 +7,10 @@ per configuration (:class:`BatchCost`). Each entry is the float the one-chip mod
 bit: the arithmetic is the same, in the same order, on float64 (IEEE-754 operations are the same in
 numpy as in Python). Python divides integers exactly where numpy first converts them to float64, so
 the two agree only while every integer stays below :data:`EXACT`; a batch model returns None for an op
-whose pricing would pass it, and the caller prices those configurations one at a time.
+whose pricing would pass it, and the caller prices those configurations one at a time. Where a
+family's one-chip model writes a formula once for numbers or arrays (:class:`~archsim.models.base.Arith`:
+the tensor-core and cube tile costs, the L2 wave traffic, the dataflow terms), its batch model calls
+that formula with :data:`ARRAYS`; the systolic and IPU batch models mirror theirs line by line.
 
 A family's batch module defines ``build_batch(chips, efficiency, precision, footprint_bytes)``, which
 returns a :class:`BatchModel` (the arguments of the family's model factory, with a list of chips
@@ -24,7 +27,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from archsim.models.base import Unit, compulsory_bytes, operand_bytes
+from archsim.models.base import Arith, Unit, compulsory_bytes
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Precision
 from archsim.workloads.trace import Op
@@ -154,13 +157,5 @@ def largest(*values: Ints | int) -> int:
     return max(int(np.max(v)) for v in values)
 
 
-def matrix_dram_bytes(op: Op, m_tiles: int, n_tiles: int, concurrent: Ints, element_bytes: int) -> Ints:
-    """:func:`~archsim.models.memory.matrix_dram_bytes` for each entry of ``concurrent``."""
-    if op.gemm is None or len(op.reads) < 2:
-        return np.full(concurrent.shape, op.bytes, dtype=np.int64)
-    # wave_shape, on arrays
-    wave_m = np.maximum(1, np.minimum(m_tiles, isqrt(concurrent)))
-    wave_n = np.maximum(1, np.minimum(n_tiles, concurrent // wave_m))
-    wave_m = np.maximum(1, np.minimum(m_tiles, concurrent // wave_n))
-    a, b, extras = operand_bytes(op, element_bytes)
-    return np.asarray(a * cdiv(n_tiles, wave_n) + b * cdiv(m_tiles, wave_m) + extras + op.bytes_written)
+ARRAYS = Arith(np.minimum, np.maximum, isqrt)
+"""Arrays of configurations: numpy's element-wise functions (:class:`~archsim.models.base.Arith`)."""

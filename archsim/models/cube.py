@@ -23,11 +23,12 @@ engine can overlap them with independent matrix ops.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import model_validator
 
-from archsim.models.base import OpCost, Unit, ceil_div, chip_rates, finish, gemm_of
-from archsim.models.memory import matrix_dram_bytes
+from archsim.models.base import SCALAR, Arith, OpCost, Unit, ceil_div, chip_rates, finish, gemm_of
+from archsim.models.memory import tiled_dram_bytes
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Bytes, Count, Precision, parse_shape
 from archsim.spec.registry import FamilyDefinition, FamilyEfficiency, FamilySection, Mechanism, register_family
@@ -152,15 +153,45 @@ class CubeModel:
         return best
 
     def _tile(self, op: Op, tile_m: int, tile_n: int, dram_bytes_per_s: float) -> CubeTile:
-        g = gemm_of(op)
-        eff = self.eff
-        m_tiles, n_tiles = ceil_div(g.m, tile_m), ceil_div(g.n, tile_n)
-        tiles = g.batch * m_tiles * n_tiles
-        fractal_ops = (tile_m // self.frac_m) * (tile_n // self.frac_n) * ceil_div(g.k, self.frac_k)
-        cycles = ceil_div(tiles, self.cube.ai_cores) * fractal_ops
-        dram = matrix_dram_bytes(op, m_tiles, n_tiles, self.cube.ai_cores, self.precision.bytes)
-        compute_s = cycles / eff.compute / self.chip.clock
-        return CubeTile(tile_m, tile_n, tiles, cycles, dram, compute_s, dram / dram_bytes_per_s)
+        tiles, cycles, dram, compute_s, memory_s = tile_cost(
+            SCALAR,
+            op,
+            (tile_m, tile_n),
+            (self.frac_m, self.frac_n, self.frac_k),
+            (self.cube.ai_cores, self.chip.clock),
+            self.eff.compute,
+            self.precision.bytes,
+            dram_bytes_per_s,
+        )
+        return CubeTile(tile_m, tile_n, tiles, cycles, dram, compute_s, memory_s)
+
+
+def tile_cost(
+    arith: Arith,
+    op: Op,
+    tile: tuple[int, int],
+    fractal: tuple[int, int, Any],
+    chip: tuple[Any, Any],
+    compute: float,
+    element_bytes: int,
+    dram_bytes_per_s: Any,
+) -> tuple[int, Any, Any, Any, Any]:
+    """A core tile's cost: its tiles, the busiest core's cube cycles, HBM bytes, compute_s and memory_s.
+
+    ``tile`` is ``(tile_m, tile_n)``, ``fractal`` the cube's ``(frac_m, frac_n, frac_k)`` and ``chip``
+    ``(ai_cores, clock_hz)``: numbers of one chip (``arith`` :data:`~archsim.models.base.SCALAR`) or
+    arrays of many (:mod:`archsim.models.cube_batch`), one formula for both; ``compute`` is the
+    family's compute efficiency.
+    """
+    (tile_m, tile_n), (frac_m, frac_n, frac_k), (ai_cores, clock_hz) = tile, fractal, chip
+    g = gemm_of(op)
+    m_tiles, n_tiles = ceil_div(g.m, tile_m), ceil_div(g.n, tile_n)
+    tiles = g.batch * m_tiles * n_tiles
+    fractal_ops = (tile_m // frac_m) * (tile_n // frac_n) * ceil_div(g.k, frac_k)
+    cycles = ceil_div(tiles, ai_cores) * fractal_ops
+    dram = tiled_dram_bytes(arith, op, m_tiles, n_tiles, ai_cores, element_bytes)
+    compute_s = cycles / compute / clock_hz
+    return tiles, cycles, dram, compute_s, dram / dram_bytes_per_s
 
 
 def build(chip: ChipSpec, efficiency: FamilyEfficiency, precision: Precision, footprint_bytes: int) -> CubeModel:

@@ -2,11 +2,12 @@
 
 A sweep of AI-core counts, buffer sizes, clocks or HBM bandwidth prices the same op on many variants
 of one Ascend chip. Which core tiles fit a variant's L0A/L0B/L0C/L1 is decided per variant by the
-scalar model's own :func:`~archsim.models.cube.tile_fits`; the cost of each tile and the choice of the
-one that finishes first (ties: less cube time, then the larger tile) are the same arithmetic on
-arrays with one entry per variant, in the same order, so each entry is the float the one-chip model
-gives, bit for bit (see :mod:`archsim.models.batch`). Variants priced together share their cube's
-``MxN`` fractal (:func:`group_key`); a variant on which no tile fits gets NaN and runs on the event path.
+scalar model's own :func:`~archsim.models.cube.tile_fits`; the cost of each tile is the scalar
+model's own formula, :func:`~archsim.models.cube.tile_cost`, called on arrays with one entry per
+variant, and the choice of the one that finishes first (ties: less cube time, then the larger tile)
+is the same comparison in the same order, so each entry is the float the one-chip model gives, bit
+for bit (see :mod:`archsim.models.batch`). Variants priced together share their cube's ``MxN``
+fractal (:func:`group_key`); a variant on which no tile fits gets NaN and runs on the event path.
 """
 
 from __future__ import annotations
@@ -15,21 +16,20 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from archsim.models.base import Unit, ceil_div, gemm_of
+from archsim.models.base import Unit
 from archsim.models.batch import (
+    ARRAYS,
     EXACT,
     BatchCost,
     Floats,
     Ints,
     batch_rates,
-    cdiv,
     finish,
     floats,
     ints,
     largest,
-    matrix_dram_bytes,
 )
-from archsim.models.cube import TILE_SIDES, CubeSection, tile_fits
+from archsim.models.cube import TILE_SIDES, CubeSection, tile_cost, tile_fits
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Precision, parse_shape
 from archsim.spec.registry import FamilyEfficiency
@@ -83,7 +83,6 @@ class CubeBatch:
 
     def _best_tile(self, op: Op, dram_bytes_per_s: Floats) -> tuple[Floats, Floats, Ints] | None:
         """``CubeModel.best_tile`` on every variant: (compute_s, memory_s, dram_bytes) of the chosen tile."""
-        g = gemm_of(op)
         shape = self.ai_cores.shape
         best_time, best_compute = np.full(shape, np.nan), np.full(shape, np.nan)
         best_memory, best_dram = np.full(shape, np.nan), np.zeros(shape, dtype=np.int64)
@@ -92,15 +91,19 @@ class CubeBatch:
             for tile_n in TILE_SIDES[::-1]:
                 if tile_m % self.frac_m or tile_n % self.frac_n:
                     continue
-                m_tiles, n_tiles = ceil_div(g.m, tile_m), ceil_div(g.n, tile_n)
-                tiles = g.batch * m_tiles * n_tiles
-                fractal_ops = (tile_m // self.frac_m) * (tile_n // self.frac_n) * cdiv(g.k, self.frac_k)
-                cycles = cdiv(tiles, self.ai_cores) * fractal_ops
-                dram = matrix_dram_bytes(op, m_tiles, n_tiles, self.ai_cores, self.precision.bytes)
+                tiles, cycles, dram, compute_s, memory_s = tile_cost(
+                    ARRAYS,
+                    op,
+                    (tile_m, tile_n),
+                    (self.frac_m, self.frac_n, self.frac_k),
+                    (self.ai_cores, self.rates.clock_hz),
+                    self.eff.compute,
+                    self.precision.bytes,
+                    dram_bytes_per_s,
+                )
+                dram = np.broadcast_to(dram, shape)
                 if max(tiles, largest(cycles, dram)) >= EXACT:
                     return None
-                compute_s = cycles / self.eff.compute / self.rates.clock_hz
-                memory_s = dram / dram_bytes_per_s
                 time_s = np.maximum(compute_s, memory_s)
                 # (time, compute) < (best time, best compute), as tuples compare
                 shorter = (time_s < best_time) | ((time_s == best_time) & (compute_s < best_compute))

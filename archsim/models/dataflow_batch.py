@@ -2,9 +2,9 @@
 
 A sweep of processing elements, on-chip memory, fabric or main-memory bandwidth prices the same op
 on many variants of one dataflow chip. Whether the trace's footprint is resident is decided per
-variant; an op's compute, streamed, fabric and on-chip terms are the same arithmetic as the one-chip
-model's on arrays with one entry per variant, in the same order, so each entry is the float it
-gives, bit for bit (see :mod:`archsim.models.batch`).
+variant; an op's compute, streamed, fabric and on-chip terms are the one-chip model's own formula,
+:func:`~archsim.models.dataflow.terms`, called on arrays with one entry per variant, so each entry is
+the float it gives, bit for bit (see :mod:`archsim.models.batch`).
 """
 
 from __future__ import annotations
@@ -14,12 +14,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from archsim.models.base import Unit
-from archsim.models.batch import EXACT, BatchCost, batch_rates, floats, ints
-from archsim.models.dataflow import STREAMED_ROLES, DataflowEfficiency, DataflowSection
+from archsim.models.batch import ARRAYS, EXACT, BatchCost, batch_rates, floats, ints
+from archsim.models.dataflow import DataflowEfficiency, DataflowSection, terms, weight_bytes
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Precision
-from archsim.workloads.trace import Op, Phase
+from archsim.workloads.trace import Op
 
 
 def group_key(chip: ChipSpec) -> str:
@@ -51,32 +50,31 @@ class DataflowBatch:
     def cost(self, op: Op) -> BatchCost | None:
         """Compute against streamed, fabric and on-chip traffic, plus the op cost; None past :data:`EXACT`."""
         eff, rates = self.eff, self.rates
-        if op.kind.is_matrix:
-            compute_s, unit = op.flops / (rates.matrix_flops_per_s * eff.compute), Unit.MATRIX
-        else:
-            compute_s, unit = op.flops / (rates.vector_flops_per_s * eff.vector), Unit.VECTOR
-        if op.phase is Phase.UPDATE:
-            weights = op.bytes  # the optimizer update works on streamed tensors only
-        else:
-            weights = sum(t.bytes for t in (*op.reads, *op.writes) if t.role in STREAMED_ROLES)
+        weights = weight_bytes(op)
         if weights >= EXACT:
             return None
         streamed = np.where(self.resident, 0, weights)
-        memory_s = streamed / (self.main_bytes_per_s * eff.memory_bandwidth)
-        fabric_s = op.bytes_written / (self.fabric_bytes_per_s * eff.exchange)
-        overhead_s = np.full(compute_s.shape, eff.op_overhead)
         roofline_s = rates.roofline_s(op)
-        busy_s = np.maximum(np.maximum(np.maximum(compute_s, memory_s), fabric_s), roofline_s)
+        compute_s, unit, memory_s, fabric_s, busy_s = terms(
+            ARRAYS,
+            op,
+            eff,
+            (rates.matrix_flops_per_s, rates.vector_flops_per_s),
+            (self.main_bytes_per_s, self.fabric_bytes_per_s),
+            streamed,
+            roofline_s,
+        )
+        overhead_s = np.full(busy_s.shape, eff.op_overhead)
         return BatchCost(
             time_s=busy_s + overhead_s,
-            compute_s=compute_s,
+            compute_s=np.broadcast_to(compute_s, busy_s.shape),
             memory_s=memory_s,
             overhead_s=overhead_s,
             dram_bytes=streamed,
             roofline_s=roofline_s,
             unit=unit,
             communication_s=fabric_s,
-            fill_s=np.zeros(compute_s.shape),
+            fill_s=np.zeros(busy_s.shape),
         )
 
 

@@ -32,12 +32,13 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import Field, model_validator
 
 from archsim.errors import SpecError
-from archsim.models.base import ChipRates, OpCost, Unit, ceil_div, chip_rates, finish, gemm_of
-from archsim.models.memory import matrix_dram_bytes
+from archsim.models.base import SCALAR, Arith, ChipRates, OpCost, Unit, ceil_div, chip_rates, finish, gemm_of
+from archsim.models.memory import tiled_dram_bytes
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Bytes, Count, Precision, parse_shape
 from archsim.spec.registry import FamilyDefinition, FamilyEfficiency, FamilySection, Mechanism, register_family
@@ -312,34 +313,54 @@ class TensorCoreModel:
     def _tile(
         self, op: Op, tile_m: int, tile_n: int, threads: int, split: int, dram_bytes_per_s: float
     ) -> TileChoice | None:
-        tc = self.tc
-        gemm = gemm_of(op)
-        blocks_per_sm = self._blocks_per_sm(tile_m, tile_n, threads)
-        if blocks_per_sm < 1:
+        blocks = self._blocks_per_sm(tile_m, tile_n, threads)
+        if blocks < 1:
             return None
-        m_tiles, n_tiles = ceil_div(gemm.m, tile_m), ceil_div(gemm.n, tile_n)
-        tiles = gemm.batch * m_tiles * n_tiles * split
-        k_steps = ceil_div(ceil_div(gemm.k, split), TILE_K)
-        tiles_on_busiest_sm = ceil_div(tiles, tc.sm_count)
-        macs_on_busiest_sm = tiles_on_busiest_sm * tile_m * tile_n * k_steps * TILE_K
-        resident_warps = min(tiles_on_busiest_sm, blocks_per_sm) * threads // 32
-        occupancy = min(1.0, resident_warps / WARPS_FOR_FULL_RATE)
-        waves = ceil_div(tiles_on_busiest_sm, blocks_per_sm)
-        eff = self.eff
-        rate = self.sm_macs_per_clock * compute_fraction(eff, op) * occupancy * self.chip.clock
-        dram = matrix_dram_bytes(op, m_tiles, n_tiles, tc.sm_count * blocks_per_sm, self.precision.bytes)
-        if split > 1:
-            # partial sums go out in fp32 and are read back by the reduction
-            dram += 2 * split * gemm.batch * gemm.m * gemm.n * ACCUMULATOR_BYTES
-        return TileChoice(
-            tile_m,
-            tile_n,
-            blocks_per_sm,
-            tiles,
-            macs_on_busiest_sm / rate + waves * eff.wave_overhead,
-            dram,
-            dram / dram_bytes_per_s,
+        tiles, _, compute_s, dram, memory_s = tile_cost(
+            SCALAR,
+            op,
+            (tile_m, tile_n, threads, split),
+            (self.tc.sm_count, blocks, self.sm_macs_per_clock, self.chip.clock),
+            self.eff,
+            self.precision.bytes,
+            dram_bytes_per_s,
         )
+        return TileChoice(tile_m, tile_n, blocks, tiles, compute_s, dram, memory_s)
+
+
+def tile_cost(
+    arith: Arith,
+    op: Op,
+    candidate: tuple[int, int, int, int],
+    gpu: tuple[Any, Any, Any, Any],
+    efficiency: TensorCoreEfficiency,
+    element_bytes: int,
+    dram_bytes_per_s: Any,
+) -> tuple[int, Any, Any, Any, Any]:
+    """One candidate kernel of a matrix op: its tiles, the busiest SM's MACs, compute_s, DRAM bytes, memory_s.
+
+    ``candidate`` is ``(tile_m, tile_n, threads, split)``; ``gpu`` is ``(sm_count, blocks_per_sm,
+    sm_macs_per_clock, clock_hz)``, numbers of one GPU (``arith`` :data:`~archsim.models.base.SCALAR`)
+    or arrays of many (:mod:`archsim.models.tensorcore_batch`): one formula for both.
+    """
+    tile_m, tile_n, threads, split = candidate
+    sm_count, blocks_per_sm, sm_macs, clock_hz = gpu
+    gemm = gemm_of(op)
+    m_tiles, n_tiles = ceil_div(gemm.m, tile_m), ceil_div(gemm.n, tile_n)
+    tiles = gemm.batch * m_tiles * n_tiles * split
+    k_steps = ceil_div(ceil_div(gemm.k, split), TILE_K)
+    tiles_on_busiest_sm = ceil_div(tiles, sm_count)
+    macs_on_busiest_sm = tiles_on_busiest_sm * tile_m * tile_n * k_steps * TILE_K
+    resident_warps = arith.minimum(tiles_on_busiest_sm, blocks_per_sm) * threads // 32
+    occupancy = arith.minimum(1.0, resident_warps / WARPS_FOR_FULL_RATE)
+    waves = ceil_div(tiles_on_busiest_sm, blocks_per_sm)
+    rate = sm_macs * compute_fraction(efficiency, op) * occupancy * clock_hz
+    dram = tiled_dram_bytes(arith, op, m_tiles, n_tiles, sm_count * blocks_per_sm, element_bytes)
+    if split > 1:
+        # partial sums go out in fp32 and are read back by the reduction
+        dram = dram + 2 * split * gemm.batch * gemm.m * gemm.n * ACCUMULATOR_BYTES
+    compute_s = macs_on_busiest_sm / rate + waves * efficiency.wave_overhead
+    return tiles, macs_on_busiest_sm, compute_s, dram, dram / dram_bytes_per_s
 
 
 def build(

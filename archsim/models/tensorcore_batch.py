@@ -3,10 +3,11 @@
 A sweep of SM counts, clocks, shared memory or HBM bandwidth prices the same op on thousands of
 variants of one GPU. What depends on a variant alone (its blocks per SM for each tile shape, its SM
 MAC rate, CUDA-core rate and persistent on-chip bytes) is computed per variant by the scalar
-model's own functions; what depends on the op too (the tiled kernel of every tile shape and split-K
-factor, :func:`~archsim.models.memory.matrix_dram_bytes`, the choice of the candidate that finishes
-first) is the same arithmetic on arrays with one entry per variant, in the same order, so that each
-entry is the float the one-GPU model gives, bit for bit (see :mod:`archsim.models.batch`).
+model's own functions; the cost of each candidate kernel (tile shape and split-K factor) is the scalar
+model's own formula, :func:`~archsim.models.tensorcore.tile_cost`, called on arrays with one entry per
+variant, and the choice of the candidate that finishes first is the same comparison in the same
+order, so that each entry is the float the one-GPU model gives, bit for bit (see
+:mod:`archsim.models.batch`).
 
 A candidate infeasible on a variant (no block of its shape fits an SM) is skipped there, as the
 scalar model skips it; a variant on which none fits gets NaN, and the caller runs it on the event
@@ -21,36 +22,21 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from archsim.models.base import Unit, ceil_div, gemm_of
-from archsim.models.batch import (
-    EXACT,
-    BatchCost,
-    Floats,
-    Ints,
-    batch_rates,
-    cdiv,
-    finish,
-    floats,
-    ints,
-    largest,
-    matrix_dram_bytes,
-)
+from archsim.models.base import Unit, gemm_of
+from archsim.models.batch import ARRAYS, EXACT, BatchCost, Floats, Ints, batch_rates, finish, floats, ints, largest
 from archsim.models.tensorcore import (
-    ACCUMULATOR_BYTES,
     MIN_K_PER_SPLIT,
     SPLIT_K,
-    TILE_K,
     TILE_SHAPES,
-    WARPS_FOR_FULL_RATE,
     TensorCoreEfficiency,
     TensorCoreSection,
     blocks_per_sm,
-    compute_fraction,
     cuda_core_flops_per_s,
     may_split_k,
     persistent_bytes,
     sm_macs_per_clock,
     statistics_bytes,
+    tile_cost,
 )
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Precision
@@ -127,27 +113,21 @@ class TensorCoreBatch:
         self, op: Op, tile_m: int, tile_n: int, threads: int, split: int, dram_bytes_per_s: Floats
     ) -> tuple[npt.NDArray[np.bool_], Floats, Ints, Floats] | None:
         """``TensorCoreModel._tile`` on every variant: (feasible, compute_s, dram_bytes, memory_s)."""
-        gemm = gemm_of(op)
         blocks = self.blocks[(tile_m, tile_n, threads)]
         feasible = blocks >= 1
         safe_blocks = np.where(feasible, blocks, 1)  # (an infeasible variant's numbers are not used)
-        m_tiles, n_tiles = ceil_div(gemm.m, tile_m), ceil_div(gemm.n, tile_n)
-        tiles = gemm.batch * m_tiles * n_tiles * split
-        k_steps = ceil_div(ceil_div(gemm.k, split), TILE_K)
-        tiles_on_busiest_sm = cdiv(tiles, self.sm_count)
-        macs_on_busiest_sm = tiles_on_busiest_sm * tile_m * tile_n * k_steps * TILE_K
-        resident_warps = np.minimum(tiles_on_busiest_sm, safe_blocks) * threads // 32
-        occupancy = np.minimum(1.0, resident_warps / WARPS_FOR_FULL_RATE)
-        waves = cdiv(tiles_on_busiest_sm, safe_blocks)
-        rate = self.sm_macs * compute_fraction(self.eff, op) * occupancy * self.rates.clock_hz
-        dram = matrix_dram_bytes(op, m_tiles, n_tiles, self.sm_count * safe_blocks, self.precision.bytes)
-        if split > 1:
-            # partial sums go out in fp32 and are read back by the reduction
-            dram = dram + 2 * split * gemm.batch * gemm.m * gemm.n * ACCUMULATOR_BYTES
-        if max(tiles, largest(macs_on_busiest_sm, dram)) >= EXACT:
+        tiles, macs, compute_s, dram, memory_s = tile_cost(
+            ARRAYS,
+            op,
+            (tile_m, tile_n, threads, split),
+            (self.sm_count, safe_blocks, self.sm_macs, self.rates.clock_hz),
+            self.eff,
+            self.precision.bytes,
+            dram_bytes_per_s,
+        )
+        if max(tiles, largest(macs, dram)) >= EXACT:
             return None
-        compute_s = macs_on_busiest_sm / rate + waves * self.eff.wave_overhead
-        return feasible, compute_s, dram, dram / dram_bytes_per_s
+        return feasible, compute_s, np.broadcast_to(dram, feasible.shape), memory_s
 
 
 def build_batch(
