@@ -41,7 +41,7 @@ from archsim.memory_fit import capacity_bytes
 from archsim.results.records import RunResult
 from archsim.run.request import choice
 from archsim.run.target import fabric_for, resolve
-from archsim.spec.common import Precision
+from archsim.spec.common import BITS_PER_BYTE, Precision
 from archsim.spec.library import Library
 from archsim.spec.model import DecoderSection
 from archsim.workloads.decoder import layer_matrix_parameters, matrix_flops
@@ -179,13 +179,17 @@ def layouts(chips: int, first_tier: int, layers: int, global_batch: int) -> Iter
                     yield Layout(tp, pp, dp, b, replica // b, zero, recompute, sp)
 
 
-def state_bytes_per_parameter(precision: Precision, optimizer_state: int) -> tuple[int, int, int]:
-    """Bytes per parameter of weights, gradients and update-only state (fp32 master + moments)."""
-    master = MASTER_BYTES if precision.bytes < MASTER_BYTES else 0
-    return precision.bytes, precision.bytes, master + optimizer_state
+def state_bytes_per_parameter(precision: Precision, optimizer_state: int) -> tuple[float, float, int]:
+    """Bytes per parameter of weights, gradients and update-only state (fp32 master + moments).
+
+    Weights and gradients are in the run's precision: half a byte each at int4.
+    """
+    element = precision.bits / BITS_PER_BYTE
+    master = MASTER_BYTES if element < MASTER_BYTES else 0
+    return element, element, master + optimizer_state
 
 
-def memory_bound(layout: Layout, parameters: int, per_parameter: tuple[int, int, int]) -> float:
+def memory_bound(layout: Layout, parameters: int, per_parameter: tuple[float, float, int]) -> float:
     """Bytes of model state a chip of ``layout`` holds at least.
 
     ZeRO 1 shards the update-only state over the data-parallel group, 2 also gradients, 3 also weights.

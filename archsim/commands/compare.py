@@ -13,6 +13,7 @@ from typing import Any
 
 from archsim.cli import HELP, positive_int
 from archsim.results.comparison import Comparison
+from archsim.spec.common import Precision
 
 FACTOR_TEXT = {
     "chip_count": "chips, B's over A's",
@@ -48,7 +49,7 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=positive_int, default=None, help="per-chip batch (default: the model's)")
     parser.add_argument(
         "--precision",
-        choices=["fp32", "tf32", "fp16", "bf16", "int8"],
+        choices=[p.value for p in Precision],
         default=None,
         help="operand precision (default: each chip's own)",
     )

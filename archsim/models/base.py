@@ -71,6 +71,9 @@ class OpCost:
     fill_s: float = 0.0
     """Array fill and drain (systolic arrays): part of ``compute_s``, but a fixed cost of running the op
     rather than its arithmetic, so :meth:`terms` counts it with the overhead."""
+    onchip_bytes: int = 0
+    """Operand bytes the op stages from the L2 into the compute units' shared memory (a tensor-core
+    GPU's tiled matrix kernels: every tile's A and B panels); 0 where the model counts none."""
 
     def terms(self) -> dict[Bound, float]:
         """The terms the label compares (:func:`bound_of`): fill and drain move from compute to overhead."""
@@ -158,8 +161,8 @@ class ChipRates:
     """Whole-chip element-wise FLOP/s peak at this precision."""
     dram_bytes_per_s: float
     """Published main-memory bandwidth."""
-    element_bytes: int
-    """Bytes of one operand element at the run's precision."""
+    element_bytes: float
+    """Bytes of one operand element at the run's precision (0.5 for int4)."""
     efficiency: FamilyEfficiency
 
     @property
@@ -180,7 +183,7 @@ def gemm_of(op: Op) -> Gemm:
     return op.gemm
 
 
-def operand_bytes(op: Op, element_bytes: int) -> tuple[int, int, int]:
+def operand_bytes(op: Op, element_bytes: float) -> tuple[int, int, int]:
     """Bytes of a matrix op's ``A`` and ``B`` operands and of its other reads.
 
     An operand is counted at most at the size of its GEMM view: a strided 1x1 convolution reads
@@ -189,12 +192,12 @@ def operand_bytes(op: Op, element_bytes: int) -> tuple[int, int, int]:
     g = gemm_of(op)
     if len(op.reads) < 2:
         raise ValueError(f"op {op.name} reads {len(op.reads)} tensors, a matrix product's operands are two")
-    a = min(op.reads[0].bytes, g.batch * g.m * g.k * element_bytes)
-    b = min(op.reads[1].bytes, g.batch * g.k * g.n * element_bytes)
+    a = min(op.reads[0].bytes, math.ceil(g.batch * g.m * g.k * element_bytes))
+    b = min(op.reads[1].bytes, math.ceil(g.batch * g.k * g.n * element_bytes))
     return a, b, sum(t.bytes for t in op.reads[2:])
 
 
-def compulsory_bytes(op: Op, element_bytes: int) -> int:
+def compulsory_bytes(op: Op, element_bytes: float) -> int:
     """Bytes an op must move at least once between memory and the chip.
 
     Every tensor it touches, once; a matrix op's operands at most at their GEMM-view size.
@@ -223,7 +226,7 @@ def chip_rates(
         matrix_macs_per_clock=macs,
         vector_flops_per_s=min(vector_flops_per_s, 2.0 * macs * chip.clock),
         dram_bytes_per_s=chip.memory.main.bandwidth,
-        element_bytes=precision.bytes,
+        element_bytes=precision.element_bytes,
         efficiency=efficiency,
     )
 
@@ -237,10 +240,12 @@ def finish(
     dram_bytes: int,
     unit: Unit,
     fill_s: float = 0.0,
+    onchip_bytes: int = 0,
 ) -> OpCost:
     """Assemble an OpCost for a unit that overlaps compute with memory traffic (double-buffered).
 
-    ``fill_s`` is the part of ``compute_s`` a systolic array spends filling and draining.
+    ``fill_s`` is the part of ``compute_s`` a systolic array spends filling and draining;
+    ``onchip_bytes`` the operands a tiled GPU kernel stages from the L2 (:attr:`OpCost.onchip_bytes`).
     """
     roofline_s = rates.roofline_s(op)
     busy_s = max(compute_s, memory_s, roofline_s)
@@ -254,6 +259,7 @@ def finish(
         bound=bound_of(compute_s, memory_s, overhead_s, fill_s=fill_s),
         unit=unit,
         fill_s=fill_s,
+        onchip_bytes=onchip_bytes,
     )
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -56,6 +56,9 @@ class BatchCost:
     unit: Unit
     communication_s: Floats
     fill_s: Floats
+    onchip_bytes: Ints | int = 0
+    """Operand bytes staged from the L2 (:attr:`~archsim.models.base.OpCost.onchip_bytes`): a tensor-core
+    GPU's tiled kernels; 0 where the family's model counts none."""
 
 
 class BatchModel(Protocol):
@@ -77,7 +80,7 @@ class BatchRates:
     matrix_macs_per_clock: Ints
     vector_flops_per_s: Floats
     dram_bytes_per_s: Floats
-    element_bytes: int
+    element_bytes: float
 
     @property
     def matrix_flops_per_s(self) -> Floats:
@@ -109,7 +112,7 @@ def batch_rates(chips: Sequence[ChipSpec], precision: Precision, vector_flops_pe
         matrix_macs_per_clock=macs,
         vector_flops_per_s=np.minimum(vector_flops_per_s, 2.0 * macs * clock),
         dram_bytes_per_s=floats([c.memory.main.bandwidth for c in chips]),
-        element_bytes=precision.bytes,
+        element_bytes=precision.element_bytes,
     )
 
 
@@ -122,6 +125,7 @@ def finish(
     dram_bytes: Ints,
     unit: Unit,
     fill_s: Floats | None = None,
+    onchip_bytes: Ints | int = 0,
 ) -> BatchCost:
     """:func:`~archsim.models.base.finish` on every configuration: compute and memory overlapped."""
     roofline_s = rates.roofline_s(op)
@@ -137,6 +141,7 @@ def finish(
         unit=unit,
         communication_s=zeros,
         fill_s=zeros if fill_s is None else fill_s,
+        onchip_bytes=onchip_bytes,
     )
 
 
@@ -152,7 +157,7 @@ def isqrt(values: Ints) -> Ints:
     return np.where((root + 1) * (root + 1) <= values, root + 1, root)
 
 
-def largest(*values: Ints | int) -> int:
+def largest(*values: npt.NDArray[Any] | float) -> int:
     """The largest entry of ``values`` (compare with :data:`EXACT`)."""
     return max(int(np.max(v)) for v in values)
 

@@ -37,7 +37,7 @@ from archsim.workloads.trace import Op
 TILE_SIDES = (16, 32, 64, 128, 256)
 """Candidate output-tile sides of one AI core, in elements (whole fractals)."""
 ACCUMULATOR_BYTES = 4
-"""The cube accumulates in fp32 (int32 for int8) in L0C."""
+"""The cube accumulates in fp32 (int32 for int8 and int4) in L0C."""
 L1_K_STEP = 256
 """Elements of ``K`` one L1 staging panel holds, so that each refill feeds the cube for at least
 ``L1_K_STEP / k_fractal`` clocks per fractal pair (estimate: long enough to hide an MTE transfer)."""
@@ -99,7 +99,7 @@ class CubeSection(FamilySection):
         return self.cube_shape
 
 
-def tile_fits(cube: CubeSection, tile_m: int, tile_n: int, frac_k: int, element_bytes: int) -> bool:
+def tile_fits(cube: CubeSection, tile_m: int, tile_n: int, frac_k: int, element_bytes: float) -> bool:
     """True when a ``tile_m x tile_n`` core tile fits L0A, L0B, L0C and L1 (double-buffered)."""
     return (
         2 * tile_m * frac_k * element_bytes <= cube.l0a
@@ -138,7 +138,7 @@ class CubeModel:
     def best_tile(self, op: Op, dram_bytes_per_s: float) -> CubeTile:
         """The core tile that fits the buffers and finishes first (ties: less cube time, then larger)."""
         best: CubeTile | None = None
-        e = self.precision.bytes
+        e = self.precision.element_bytes
         for tile_m in TILE_SIDES[::-1]:
             for tile_n in TILE_SIDES[::-1]:
                 if tile_m % self.frac_m or tile_n % self.frac_n:
@@ -160,7 +160,7 @@ class CubeModel:
             (self.frac_m, self.frac_n, self.frac_k),
             (self.cube.ai_cores, self.chip.clock),
             self.eff.compute,
-            self.precision.bytes,
+            self.precision.element_bytes,
             dram_bytes_per_s,
         )
         return CubeTile(tile_m, tile_n, tiles, cycles, dram, compute_s, memory_s)
@@ -173,7 +173,7 @@ def tile_cost(
     fractal: tuple[int, int, Any],
     chip: tuple[Any, Any],
     compute: float,
-    element_bytes: int,
+    element_bytes: float,
     dram_bytes_per_s: Any,
 ) -> tuple[int, Any, Any, Any, Any]:
     """A core tile's cost: its tiles, the busiest core's cube cycles, HBM bytes, compute_s and memory_s.

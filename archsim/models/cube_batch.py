@@ -56,7 +56,7 @@ class CubeBatch:
         frac_k = [max(1, cube.cube_mac_per_clock[precision] // (self.frac_m * self.frac_n)) for cube in cubes]
         self.frac_k = ints(frac_k)
         self.ai_cores = ints([cube.ai_cores for cube in cubes])
-        e = precision.bytes
+        e = precision.element_bytes
         self.fits = {
             (m, n): np.array([tile_fits(cube, m, n, k, e) for cube, k in zip(cubes, frac_k, strict=True)])
             for m in TILE_SIDES
@@ -98,7 +98,7 @@ class CubeBatch:
                     (self.frac_m, self.frac_n, self.frac_k),
                     (self.ai_cores, self.rates.clock_hz),
                     self.eff.compute,
-                    self.precision.bytes,
+                    self.precision.element_bytes,
                     dram_bytes_per_s,
                 )
                 dram = np.broadcast_to(dram, shape)

@@ -12,6 +12,9 @@ already produced (:class:`archsim.models.base.OpCost` and the op itself):
   for HBM or DDR, given in ``memory/*.yaml``), plus the same bytes written into and read back out
   of an on-chip SRAM buffer once each (``2 x bytes`` at the SRAM energy per bit), the staging every
   family does between memory and its compute units.
+* the operand bytes a tiled GPU matrix kernel stages from the L2 into shared memory (the tensor-core
+  cost model's count: every tile's A and B panels over its K loop), read once from the L2 at
+  ``l2_read`` and written into and read out of shared memory once each at the SRAM energy per bit.
 
 * while a matrix op runs, the matrix unit's lane activation: every MAC lane of the chip (its MACs
   per clock at its default precision) for every clock of the op, busy or not, at
@@ -20,9 +23,16 @@ already produced (:class:`archsim.models.base.OpCost` and the op itself):
   with a matrix instruction shape) pay it, the kind of unit AccelWattch measured; systolic arrays,
   IPU AMP units and dataflow fabrics have no published figure and pay none.
 
-Instruction issue, caches between SRAM and main memory (L2), the operand networks and wires are not
-counted per action: no cost model produces those counts, so the dynamic energy is a lower bound of
-what the silicon spends.
+* work on a GPU's SIMT cores (CUDA cores, SIMD lanes: :meth:`~archsim.spec.registry.FamilySection.
+  simt_ops_per_instruction`) -- element-wise ops, and matrix products at a precision the matrix unit
+  lacks (every precision on a P100, fp32 on a V100) -- pays ``simt_instruction`` per lane instruction
+  (fetch, decode, scheduling and operand fetch, so no separate register energy), and a matrix op run
+  there pays the SIMT lanes' activation (``simt_lane_cycle``, AccelWattch's INT+FP category) instead of
+  the matrix unit's.
+
+The L2's own traffic with main memory, the operand networks and wires are not counted per action,
+and neither is the issue of matrix instructions (a tensor-core MMA amortizes it over its MxNxK MACs):
+no cost model produces those counts, so the dynamic energy is a lower bound of what the silicon spends.
 
 **Process-node scaling.** Logic and SRAM figures are given at the technology's ``reference_node``
 (45 nm). At node ``L`` an energy is ``E x P(L) / P(L_ref)`` (:func:`energy_scale`), ``P`` the
@@ -61,7 +71,7 @@ from archsim.spec.energy import EnergySpec
 
 BITS_PER_BYTE = 8
 ACCUMULATOR_BITS = 32
-"""Matrix units accumulate in fp32 (int32 for int8): a partial sum moves 32 bits."""
+"""Matrix units accumulate in fp32 (int32 for int8 and int4): a partial sum moves 32 bits."""
 SRAM_ACCESSES_PER_DRAM_BYTE = 2
 """Each byte from main memory is written into an on-chip buffer once and read out of it once."""
 
@@ -85,7 +95,7 @@ def operand_bits_per_mac(chip: ChipSpec, precision: Precision) -> float:
       (``os``, the partial sum stays), or one operand and a 32-bit partial sum (``ws``, ``is``);
     * IPU AMP units (whose shape is not published): both operands at the element width, no reuse.
     """
-    element = precision.bytes * BITS_PER_BYTE
+    element = precision.bits
     shape = chip.section.matrix_instruction_shape()
     if shape is not None:
         m, n, k = parse_shape(shape, 3)
@@ -148,27 +158,40 @@ class ChipEnergy:
     sram_bit_j: float
     dram_bit_j: float
     matrix_active_w: float
-    """Lane activation of the whole matrix unit while it runs an op: lanes x clock x ``matrix_lane_cycle``."""
+    """Lane activation while a matrix op runs: the matrix unit's lanes x clock x ``matrix_lane_cycle``,
+    or, where the precision's matrix work runs on SIMT cores, their lanes x clock x ``simt_lane_cycle``."""
     area_mm2: float
     area_source: str
     """How ``area_mm2`` was found: ``published``, ``from transistors``, either ``, resized``, or ``modelled``."""
     static_w: float
+    matrix_instruction_j: float = 0.0
+    """SIMT instruction issue per MAC of a matrix op run on SIMT cores (0 on a matrix unit)."""
+    vector_instruction_j: float = 0.0
+    """SIMT instruction issue per FLOP of an element-wise op run on SIMT cores (0 elsewhere)."""
+    l2_bit_j: float = 0.0
+    """One bit read from the L2 (:attr:`~archsim.spec.energy.EnergySpec.l2_read`, node-scaled)."""
 
     @property
     def smallest_op_j(self) -> float:
         """The cheapest arithmetic action: a lower bound of the energy of each FLOP pair."""
         return min(self.mac_j, self.vector_op_j)
 
-    def op_energy(self, matrix: bool, flops: int, dram_bytes: int, seconds: float) -> OpEnergy:
-        """Dynamic energy of one op from its counts and its time at the nominal clock (module docstring)."""
+    def op_energy(self, matrix: bool, flops: int, dram_bytes: int, seconds: float, onchip_bytes: int = 0) -> OpEnergy:
+        """Dynamic energy of one op from its counts and its time at the nominal clock (module docstring).
+
+        ``onchip_bytes``: operand bytes staged from the L2 into shared memory (the cost model's count).
+        """
         compute_j = flops / 2 * self.mac_j if matrix else flops * self.vector_op_j
         bits = dram_bytes * BITS_PER_BYTE
+        staged = onchip_bytes * BITS_PER_BYTE
         return OpEnergy(
             compute_j=compute_j,
             register_j=flops / 2 * self.register_mac_j if matrix else 0.0,
-            sram_j=SRAM_ACCESSES_PER_DRAM_BYTE * bits * self.sram_bit_j,
+            sram_j=SRAM_ACCESSES_PER_DRAM_BYTE * (bits + staged) * self.sram_bit_j,
+            l2_j=staged * self.l2_bit_j,
             dram_j=bits * self.dram_bit_j,
             activation_j=self.matrix_active_w * seconds if matrix else 0.0,
+            instruction_j=flops / 2 * self.matrix_instruction_j if matrix else flops * self.vector_instruction_j,
         )
 
 
@@ -180,13 +203,25 @@ class OpEnergy:
     register_j: float
     sram_j: float
     dram_j: float
+    l2_j: float
+    """The L2 reads of the operand bytes staged into shared memory (0 where the model counts none)."""
     activation_j: float
     """The matrix unit's lane activation over the op's time (0 for a vector op)."""
+    instruction_j: float = 0.0
+    """SIMT instruction issue (fetch, decode, operand fetch) of an op run on SIMT cores."""
 
     @property
     def total_j(self) -> float:
         """All of it."""
-        return self.compute_j + self.register_j + self.sram_j + self.dram_j + self.activation_j
+        return (
+            self.compute_j
+            + self.register_j
+            + self.sram_j
+            + self.l2_j
+            + self.dram_j
+            + self.activation_j
+            + self.instruction_j
+        )
 
 
 def transistor_area_mm2(chip: ChipSpec, tech: EnergySpec) -> float | None:
@@ -247,19 +282,31 @@ def chip_energy(
     """
     scale = energy_scale(chip, tech)
     area, area_source = die_area(chip, tech, original)
-    # lane activation as AccelWattch measured it: matrix units issued an MxNxK instruction at a time
-    instructed = chip.section.matrix_instruction_shape() is not None
-    lanes = (chip.macs_per_clock(chip.default_precision) or 0) if instructed else 0
+    section = chip.section
+    simt_matrix = section.simt_ops_per_instruction(precision, matrix=True)
+    simt_vector = section.simt_ops_per_instruction(precision, matrix=False)
+    issue_j = tech.simt_instruction * scale
+    if simt_matrix is not None:  # matrix work on SIMT cores: operands fetched by each lane instruction
+        register_mac_j, matrix_active_w = 0.0, section.simt_lanes() * chip.clock * tech.simt_lane_cycle * scale
+    else:
+        # lane activation as AccelWattch measured it: matrix units issued an MxNxK instruction at a time
+        instructed = section.matrix_instruction_shape() is not None
+        lanes = (chip.macs_per_clock(chip.default_precision) or 0) if instructed else 0
+        register_mac_j = operand_bits_per_mac(chip, precision) * tech.register_read * scale
+        matrix_active_w = lanes * chip.clock * tech.matrix_lane_cycle * scale
     return ChipEnergy(
         mac_j=tech.mac[precision] * scale,
         vector_op_j=tech.vector_op[precision] * scale,
-        register_mac_j=operand_bits_per_mac(chip, precision) * tech.register_read * scale,
+        register_mac_j=register_mac_j,
         sram_bit_j=tech.sram_read * scale,
+        l2_bit_j=tech.l2_read * scale,
         dram_bit_j=dram_bit_j,
-        matrix_active_w=lanes * chip.clock * tech.matrix_lane_cycle * scale,
+        matrix_active_w=matrix_active_w,
         area_mm2=area,
         area_source=area_source,
         static_w=tech.static_power_density * area,
+        matrix_instruction_j=0.0 if simt_matrix is None else issue_j / simt_matrix,
+        vector_instruction_j=0.0 if simt_vector is None else issue_j / simt_vector,
     )
 
 

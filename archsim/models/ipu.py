@@ -220,7 +220,7 @@ class IpuModel:
     def _partition(self, op: Op, blocks: int, split: int, serial: int) -> IpuPartition:
         g = gemm_of(op)
         eff = self.eff
-        tiles, e, clock = self.ipu.tiles, self.precision.bytes, self.chip.clock
+        tiles, e, clock = self.ipu.tiles, self.precision.element_bytes, self.chip.clock
         units = blocks * split
         per_tile = ceil_div(units, tiles)
         tiles_used = min(tiles, units)
@@ -249,7 +249,7 @@ class IpuModel:
         weights = cols * AMP_BLOCK * k_chunk * e
         outputs = per_tile * AMP_BLOCK * AMP_BLOCK * (PARTIAL_BYTES if split > 1 else e)
         operands = activations + weights
-        tile_bytes = operands + outputs
+        tile_bytes = math.ceil(operands + outputs)
         tile_exchange_bw = self.ipu.exchange_bandwidth * eff.exchange / tiles
         exchange_s = serial * operands / tile_exchange_bw + (serial - 1) * self.ipu.sync_latency
         # the op's own tensors are part of the resident footprint, spread evenly: not counted twice

@@ -172,7 +172,7 @@ class IpuBatch:
 
     def _partition(self, op: Op, blocks: int, split: int, serial: int) -> _Partition | None:
         g = gemm_of(op)
-        eff, tiles, e, clock = self.eff, self.tiles, self.precision.bytes, self.clock
+        eff, tiles, e, clock = self.eff, self.tiles, self.precision.element_bytes, self.clock
         units = blocks * split
         per_tile = cdiv(units, tiles)
         tiles_used = np.minimum(tiles, units)
@@ -196,7 +196,7 @@ class IpuBatch:
         weights = cols * AMP_BLOCK * k_chunk * e
         outputs = per_tile * AMP_BLOCK * AMP_BLOCK * (PARTIAL_BYTES if split > 1 else e)
         operands = activations + weights
-        tile_bytes = operands + outputs
+        tile_bytes = np.ceil(operands + outputs).astype(np.int64)
         macs = per_tile * AMP_BLOCK * AMP_BLOCK * k_slice
         if largest(tile_bytes * tiles_used, macs, outputs * split, serial * operands) >= EXACT:
             return None

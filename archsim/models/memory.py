@@ -29,12 +29,12 @@ def waves(arith: Arith, m_tiles: int, n_tiles: int, concurrent: Any) -> tuple[An
     return wave_m, wave_n
 
 
-def matrix_dram_bytes(op: Op, m_tiles: int, n_tiles: int, concurrent: int, element_bytes: int) -> int:
+def matrix_dram_bytes(op: Op, m_tiles: int, n_tiles: int, concurrent: int, element_bytes: float) -> int:
     """Main-memory bytes of a tiled matrix op (reads are ``A``, ``B``, then any extras)."""
     return cast(int, tiled_dram_bytes(SCALAR, op, m_tiles, n_tiles, concurrent, element_bytes))
 
 
-def tiled_dram_bytes(arith: Arith, op: Op, m_tiles: int, n_tiles: int, concurrent: Any, element_bytes: int) -> Any:
+def tiled_dram_bytes(arith: Arith, op: Op, m_tiles: int, n_tiles: int, concurrent: Any, element_bytes: float) -> Any:
     """:func:`matrix_dram_bytes` of each configuration's ``concurrent`` tiles (:class:`~archsim.models.base.Arith`).
 
     An op without two operands moves its tensors' bytes, the same on every configuration (an int).

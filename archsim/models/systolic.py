@@ -68,7 +68,7 @@ class SystolicSection(FamilySection):
         return self.dataflow is not Dataflow.OUTPUT_STATIONARY
 
 
-def matrix_layer(op: Op, element_bytes: int) -> MatrixLayer:
+def matrix_layer(op: Op, element_bytes: float) -> MatrixLayer:
     """One product of a matrix op's batch, with the unique words of its operands.
 
     A forward convolution keeps its input geometry, so that its input is read through footprints
@@ -80,7 +80,7 @@ def matrix_layer(op: Op, element_bytes: int) -> MatrixLayer:
     else:
         a, b, _ = operand_bytes(op, element_bytes)
         per_product = g.batch * element_bytes
-        layer = MatrixLayer(g.m, g.n, g.k, max(1, a // per_product), max(1, b // per_product), g.m * g.n)
+        layer = MatrixLayer(g.m, g.n, g.k, max(1, int(a // per_product)), max(1, int(b // per_product)), g.m * g.n)
     window = forward_window(op)
     if window is not None:
         layer = MatrixLayer(layer.m, layer.n, layer.k, layer.ifmap_words, layer.filter_words, layer.ofmap_words, window)
@@ -119,10 +119,9 @@ class SystolicModel:
         vector = self.sys.vector_ops_per_clock.get(precision, 0) * self.sys.cores * chip.clock
         self.rates = chip_rates(chip, efficiency, precision, vector)
         self.arrays = self.sys.cores * self.sys.arrays_per_core
-        e = precision.bytes
-        s = self.sys
+        s, words = self.sys, precision.elements_in
         self.array = ArrayConfig(
-            s.array_rows, s.array_cols, s.dataflow, s.ifmap_sram // e, s.filter_sram // e, s.ofmap_sram // e
+            s.array_rows, s.array_cols, s.dataflow, words(s.ifmap_sram), words(s.filter_sram), words(s.ofmap_sram)
         )
 
     def best_split(self, op: Op, dram_bytes_per_s: float) -> SplitChoice:
@@ -137,7 +136,7 @@ class SystolicModel:
     def _splits(self, op: Op, dram_bytes_per_s: float) -> Iterator[SplitChoice]:
         """The candidate cuts of :meth:`best_split`, one slice first."""
         batch = gemm_of(op).batch
-        e = self.precision.bytes
+        e = self.precision.element_bytes
         eff = self.eff
         layer = matrix_layer(op, e)
         extras = operand_bytes(op, e)[2] if len(op.reads) >= 2 else 0

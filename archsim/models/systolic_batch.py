@@ -182,7 +182,7 @@ def _classes(folds: Ints) -> list[tuple[Ints, Ints]]:
 
 
 def matrix_costs(
-    op: Op, batch: ArrayBatch, element_bytes: int, compute: float, dram_bytes_per_s: Floats
+    op: Op, batch: ArrayBatch, element_bytes: float, compute: float, dram_bytes_per_s: Floats
 ) -> MatrixCosts:
     """The split of ``op``'s streamed dimension that finishes first on each configuration, and its cost.
 
@@ -254,7 +254,7 @@ class SystolicBatch:
 
     def __init__(self, chips: Sequence[ChipSpec], efficiency: FamilyEfficiency, precision: Precision) -> None:
         self.eff, self.precision = efficiency, precision
-        e = precision.bytes
+        words = precision.elements_in
         sections = [c.section_of(SystolicSection) for c in chips]
 
         def ints(values: list[int]) -> npt.NDArray[np.int64]:
@@ -264,9 +264,9 @@ class SystolicBatch:
             dataflow=sections[0].dataflow,
             rows=ints([s.array_rows for s in sections]),
             cols=ints([s.array_cols for s in sections]),
-            ifmap_sram_words=ints([s.ifmap_sram // e for s in sections]),
-            filter_sram_words=ints([s.filter_sram // e for s in sections]),
-            ofmap_sram_words=ints([s.ofmap_sram // e for s in sections]),
+            ifmap_sram_words=ints([words(s.ifmap_sram) for s in sections]),
+            filter_sram_words=ints([words(s.filter_sram) for s in sections]),
+            ofmap_sram_words=ints([words(s.ofmap_sram) for s in sections]),
             arrays=ints([s.cores * s.arrays_per_core for s in sections]),
             macs_per_pe=ints([s.mac_per_pe_per_clock[precision] for s in sections]),
             clock_hz=floats([c.clock for c in chips]),
@@ -284,7 +284,7 @@ class SystolicBatch:
             # what matrix_costs reads of the op: networks repeat the same layer shapes many times
             key = (op.gemm, tuple(t.bytes for t in op.reads), op.conv, op.phase)
             if key not in self.memo:
-                self.memo[key] = matrix_costs(op, self.batch, self.precision.bytes, eff.compute, dram_bw)
+                self.memo[key] = matrix_costs(op, self.batch, self.precision.element_bytes, eff.compute, dram_bw)
             costs = self.memo[key]
             if not exact_integers(costs):
                 return None

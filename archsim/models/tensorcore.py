@@ -51,7 +51,7 @@ TILE_SHAPES = ((256, 128, 256), (128, 256, 256), (128, 128, 256), (128, 64, 128)
 PIPELINE_STAGES = 2
 """Shared-memory buffers per operand tile (double buffering)."""
 ACCUMULATOR_BYTES = 4
-"""Accumulators are fp32 (int32 for int8)."""
+"""Accumulators are fp32 (int32 for int8 and int4)."""
 REGISTER_OVERHEAD = 2.0
 """Registers per block relative to its accumulators alone (operand fragments, addresses)."""
 WARPS_FOR_FULL_RATE = 8
@@ -77,6 +77,8 @@ class TileChoice:
     compute_s: float
     dram_bytes: int
     memory_s: float
+    onchip_bytes: int = 0
+    """A and B panel bytes the tiles stage from the L2 into shared memory over their K loops."""
 
 
 class TensorCoreSection(FamilySection):
@@ -132,6 +134,25 @@ class TensorCoreSection(FamilySection):
     def matrix_instruction_shape(self) -> str | None:
         """The tensor core's ``MxNxK`` (None without tensor cores)."""
         return self.mma_shape
+
+    def simt_ops_per_instruction(self, precision: Precision, matrix: bool) -> int | None:
+        """The CUDA cores' work per lane instruction; None for matrix work the tensor cores run.
+
+        A matrix product at a precision the tensor cores lack runs on the CUDA cores, one FMA per lane
+        instruction, or two where the precision's rate is twice fp32's (Pascal's packed half2);
+        element-wise work packs two 16-bit values per instruction, as the cost model's vector rate does.
+        """
+        if matrix and precision in self.tensor_fma_per_clock and self.tensor_cores_per_sm is not None:
+            return None
+        if not matrix:
+            return 2 if precision.bits == 16 else 1
+        fp32 = self.cuda_core_fma_per_clock.get(Precision.FP32, 0)
+        rate = self.cuda_core_fma_per_clock.get(precision, 0)
+        return max(1, rate // fp32) if fp32 else 1
+
+    def simt_lanes(self) -> int:
+        """The CUDA cores' FP32 lanes: SMs x FP32 FMAs per SM per clock."""
+        return self.sm_count * self.cuda_core_fma_per_clock.get(Precision.FP32, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,8 +230,8 @@ def cuda_core_flops_per_s(tc: TensorCoreSection, clock_hz: float, precision: Pre
     """Element-wise FLOP/s of the CUDA cores of every SM at ``precision``."""
     fp32_fma = tc.cuda_core_fma_per_clock.get(Precision.FP32, 0)
     # packed half2 arithmetic doubles the CUDA-core rate for 16-bit element-wise work; CUDA cores
-    # have no 8-bit arithmetic, so fp8 and int8 element-wise work runs at the fp32 rate
-    vector_scale = 2 if precision.bytes == 2 else 1
+    # have no 8-bit (or 4-bit) arithmetic, so fp8, int8 and int4 element-wise work runs at the fp32 rate
+    vector_scale = 2 if precision.bits == 16 else 1
     return 2.0 * fp32_fma * vector_scale * tc.sm_count * clock_hz
 
 
@@ -229,7 +250,7 @@ def sm_macs_per_clock(tc: TensorCoreSection, precision: Precision) -> int:
 
 def blocks_per_sm(tc: TensorCoreSection, precision: Precision, tile_m: int, tile_n: int, threads: int) -> int:
     """Thread blocks of a tile shape one SM holds at once (shared memory, registers, threads, blocks)."""
-    smem = (tile_m + tile_n) * TILE_K * precision.bytes * PIPELINE_STAGES
+    smem = precision.nbytes((tile_m + tile_n) * TILE_K) * PIPELINE_STAGES
     registers = tile_m * tile_n * ACCUMULATOR_BYTES * REGISTER_OVERHEAD
     return min(
         tc.max_blocks_per_sm,
@@ -259,7 +280,7 @@ class TensorCoreModel:
                 chip.name,
                 "tensorcore",
                 f"no thread-block tile fits one SM: the smallest ({m}x{n}, {threads} threads) needs "
-                f"{threads} threads, {(m + n) * TILE_K * precision.bytes * PIPELINE_STAGES} B of shared memory "
+                f"{threads} threads, {precision.nbytes((m + n) * TILE_K) * PIPELINE_STAGES} B of shared memory "
                 f"and {m * n * ACCUMULATOR_BYTES * REGISTER_OVERHEAD:.0f} B of registers",
             )
         self.sm_macs_per_clock = sm_macs_per_clock(self.tc, precision)
@@ -271,7 +292,14 @@ class TensorCoreModel:
         if op.gemm is not None:
             choice = self.best_tile(op, dram_bw)
             return finish(
-                self.rates, op, choice.compute_s, choice.memory_s, eff.op_overhead, choice.dram_bytes, Unit.MATRIX
+                self.rates,
+                op,
+                choice.compute_s,
+                choice.memory_s,
+                eff.op_overhead,
+                choice.dram_bytes,
+                Unit.MATRIX,
+                onchip_bytes=choice.onchip_bytes,
             )
         compute_s = op.flops / (self.rates.vector_flops_per_s * eff.vector)
         dram = op.bytes + statistics_reread_bytes(op, self.onchip_bytes)
@@ -322,10 +350,23 @@ class TensorCoreModel:
             (tile_m, tile_n, threads, split),
             (self.tc.sm_count, blocks, self.sm_macs_per_clock, self.chip.clock),
             self.eff,
-            self.precision.bytes,
+            self.precision.element_bytes,
             dram_bytes_per_s,
         )
-        return TileChoice(tile_m, tile_n, blocks, tiles, compute_s, dram, memory_s)
+        staged = staged_bytes(op, tile_m, tile_n, self.precision)
+        return TileChoice(tile_m, tile_n, blocks, tiles, compute_s, dram, memory_s, staged)
+
+
+def staged_bytes(op: Op, tile_m: int, tile_n: int, precision: Precision) -> int:
+    """A and B panel bytes a kernel's tiles of ``tile_m x tile_n`` stage from the L2 into shared memory.
+
+    Each output tile column re-reads all of A, each tile row all of B (edge tiles load only their real
+    rows and columns; split-K divides K, not the panels). The same on every GPU: it depends on the op
+    and the tile shape only.
+    """
+    gemm = gemm_of(op)
+    m_tiles, n_tiles = ceil_div(gemm.m, tile_m), ceil_div(gemm.n, tile_n)
+    return precision.nbytes(gemm.batch * (n_tiles * gemm.m + m_tiles * gemm.n) * gemm.k)
 
 
 def tile_cost(
@@ -334,7 +375,7 @@ def tile_cost(
     candidate: tuple[int, int, int, int],
     gpu: tuple[Any, Any, Any, Any],
     efficiency: TensorCoreEfficiency,
-    element_bytes: int,
+    element_bytes: float,
     dram_bytes_per_s: Any,
 ) -> tuple[int, Any, Any, Any, Any]:
     """One candidate kernel of a matrix op: its tiles, the busiest SM's MACs, compute_s, DRAM bytes, memory_s.

@@ -35,6 +35,7 @@ from archsim.models.tensorcore import (
     may_split_k,
     persistent_bytes,
     sm_macs_per_clock,
+    staged_bytes,
     statistics_bytes,
     tile_cost,
 )
@@ -64,7 +65,7 @@ class TensorCoreBatch:
         self.onchip_bytes = ints([persistent_bytes(s) for s in sections])
         self.sm_macs = ints([sm_macs_per_clock(s, precision) for s in sections])
         self.blocks = {shape: ints([blocks_per_sm(s, precision, *shape) for s in sections]) for shape in TILE_SHAPES}
-        self.memo: dict[object, tuple[Floats, Floats, Ints] | None] = {}
+        self.memo: dict[object, tuple[Floats, Floats, Ints, Ints] | None] = {}
 
     def cost(self, op: Op) -> BatchCost | None:
         """Price one op (matrix ops as tiled kernels, the rest as streaming kernels); None past :data:`EXACT`."""
@@ -77,22 +78,25 @@ class TensorCoreBatch:
             found = self.memo[key]
             if found is None:
                 return None
-            compute_s, memory_s, dram = found
-            return finish(rates, op, compute_s, memory_s, eff.op_overhead, dram, Unit.MATRIX)
+            compute_s, memory_s, dram, staged = found
+            return finish(rates, op, compute_s, memory_s, eff.op_overhead, dram, Unit.MATRIX, onchip_bytes=staged)
         compute_s = op.flops / (rates.vector_flops_per_s * eff.vector)
         dram = op.bytes + np.maximum(0, statistics_bytes(op) - self.onchip_bytes)
         if largest(dram) >= EXACT:
             return None
         return finish(rates, op, compute_s, dram / dram_bw, eff.op_overhead, dram, Unit.VECTOR)
 
-    def _best_tile(self, op: Op, dram_bytes_per_s: Floats) -> tuple[Floats, Floats, Ints] | None:
+    def _best_tile(self, op: Op, dram_bytes_per_s: Floats) -> tuple[Floats, Floats, Ints, Ints] | None:
         """The feasible candidate that finishes first on each variant (ties: the earlier), as ``best_tile``."""
         k = gemm_of(op).k
         shape = self.sm_count.shape
         best_key = np.full(shape, np.inf)
         best_compute, best_memory = np.full(shape, np.nan), np.full(shape, np.nan)
-        best_dram = np.zeros(shape, dtype=np.int64)
+        best_dram, best_staged = np.zeros(shape, dtype=np.int64), np.zeros(shape, dtype=np.int64)
         for tile_m, tile_n, threads in TILE_SHAPES:
+            staged = staged_bytes(op, tile_m, tile_n, self.precision)
+            if staged >= EXACT:
+                return None
             for split in SPLIT_K:
                 if split > 1 and (not may_split_k(op) or k < split * MIN_K_PER_SPLIT):
                     break
@@ -107,7 +111,8 @@ class TensorCoreBatch:
                 best_compute = np.where(better, compute_s, best_compute)
                 best_memory = np.where(better, memory_s, best_memory)
                 best_dram = np.where(better, dram, best_dram)
-        return best_compute, best_memory, best_dram
+                best_staged = np.where(better, staged, best_staged)
+        return best_compute, best_memory, best_dram, best_staged
 
     def _tile(
         self, op: Op, tile_m: int, tile_n: int, threads: int, split: int, dram_bytes_per_s: Floats
@@ -122,7 +127,7 @@ class TensorCoreBatch:
             (tile_m, tile_n, threads, split),
             (self.sm_count, safe_blocks, self.sm_macs, self.rates.clock_hz),
             self.eff,
-            self.precision.bytes,
+            self.precision.element_bytes,
             dram_bytes_per_s,
         )
         if max(tiles, largest(macs, dram)) >= EXACT:

@@ -37,15 +37,18 @@ def _layer_energy(
     energy: ChipEnergy, layers: tuple[LayerRecord, ...]
 ) -> tuple[tuple[LayerRecord, ...], dict[str, float]]:
     """Each layer with its dynamic energy, and the layers' energy by part (one chip, as recorded)."""
-    parts = {"compute": 0.0, "register": 0.0, "sram": 0.0, "dram": 0.0, "activation": 0.0}
+    parts = dict.fromkeys(("compute", "register", "sram", "l2", "dram", "activation", "instruction"), 0.0)
     priced = []
     for layer in layers:
-        op = energy.op_energy(layer.unit == MATRIX_UNIT, layer.flops, layer.bytes, layer.end_s - layer.start_s)
+        matrix = layer.unit == MATRIX_UNIT
+        op = energy.op_energy(matrix, layer.flops, layer.bytes, layer.end_s - layer.start_s, layer.onchip_bytes)
         parts["compute"] += op.compute_j
         parts["register"] += op.register_j
         parts["sram"] += op.sram_j
+        parts["l2"] += op.l2_j
         parts["dram"] += op.dram_j
         parts["activation"] += op.activation_j
+        parts["instruction"] += op.instruction_j
         priced.append(replace(layer, energy_j=op.total_j))
     return tuple(priced), parts
 

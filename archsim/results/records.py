@@ -55,6 +55,8 @@ class LayerRecord:
     """Pipeline stage whose chip ran the op (0 without pipelining)."""
     energy_j: float = 0.0
     """Dynamic energy of the op on its chip (J), from its counts (:mod:`archsim.models.energy`)."""
+    onchip_bytes: int = 0
+    """Operand bytes staged from the L2 into shared memory (tiled GPU matrix kernels; 0 elsewhere)."""
 
     @classmethod
     def of(cls, op: Op, timing: OpTiming, clock_hz: float, stage: int = 0) -> LayerRecord:
@@ -74,6 +76,7 @@ class LayerRecord:
             roofline_s=cost.roofline_s,
             bound=cost.bound.value,
             stage=stage,
+            onchip_bytes=cost.onchip_bytes,
         )
 
 

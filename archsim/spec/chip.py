@@ -96,7 +96,7 @@ class ChipSpec(Spec):
     clock: Frequency
     default_precision: Precision
     peak: dict[Precision, Throughput]
-    """Published peak dense throughput per precision (FLOPS; OPS for int8)."""
+    """Published peak dense throughput per precision (FLOPS; OPS for int8 and int4)."""
     tdp: PowerFigure | None = None
     transistors: Count | None = None
     die_area: AreaFigure | None = None

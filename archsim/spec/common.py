@@ -96,11 +96,15 @@ class StreamingMemory(enum.StrEnum):
 
 
 class Precision(enum.StrEnum):
-    """Numeric formats of the operands of a run; accumulation is in fp32 (int32 for int8).
+    """Numeric formats of the operands of a run; accumulation is in fp32 (int32 for int8 and int4).
 
     ``fp8`` stands for both OCP 8-bit floating-point formats, E4M3 and E5M2: the chips that have
     them run both at one matrix rate (NVIDIA Hopper/Blackwell, AMD CDNA 3), so a cost model needs
-    only the element size (one byte) and that rate.
+    only the element size (one byte) and that rate. ``int4`` is treated as ``int8`` is, at half the
+    element size: every tensor of the run (weights, activations, KV cache, gradients) is stored at
+    4 bits, two elements to a byte, and matrix units accumulate in int32 and write outputs at the
+    run's precision (the INT4 tensor-core MMA of NVIDIA Ampere takes s4 operands and an s32
+    accumulator: PTX ISA, ``mma.m8n8k32``).
     """
 
     FP32 = "fp32"
@@ -109,20 +113,44 @@ class Precision(enum.StrEnum):
     BF16 = "bf16"
     FP8 = "fp8"
     INT8 = "int8"
+    INT4 = "int4"
 
     @property
-    def bytes(self) -> int:
-        """Bytes of one stored element (tf32 is stored as fp32)."""
-        return _ELEMENT_BYTES[self]
+    def bits(self) -> int:
+        """Bits of one stored element (tf32 is stored as fp32; int4 packs two elements in a byte)."""
+        return _ELEMENT_BITS[self]
+
+    @property
+    def element_bytes(self) -> float:
+        """Bytes of one stored element as a number (0.5 for int4), for rates and capacities per element."""
+        return self.bits / BITS_PER_BYTE
+
+    def nbytes(self, elements: int) -> int:
+        """Bytes of ``elements`` stored elements: ``ceil(elements * bits / 8)``.
+
+        Exact for every precision: an int4 tensor of ``n`` elements is ``ceil(n / 2)`` bytes.
+        """
+        return -(-elements * self.bits // BITS_PER_BYTE)
+
+    def elements_in(self, nbytes: int) -> int:
+        """Elements stored in ``nbytes`` bytes: the inverse of :meth:`nbytes` for whole bytes.
+
+        For int4 it is the even count that fills the bytes (an odd-sized tensor's half-empty last
+        byte counts as two elements).
+        """
+        return nbytes * BITS_PER_BYTE // self.bits
 
 
-_ELEMENT_BYTES = {
-    Precision.FP32: 4,
-    Precision.TF32: 4,
-    Precision.FP16: 2,
-    Precision.BF16: 2,
-    Precision.FP8: 1,
-    Precision.INT8: 1,
+BITS_PER_BYTE = 8
+
+_ELEMENT_BITS = {
+    Precision.FP32: 32,
+    Precision.TF32: 32,
+    Precision.FP16: 16,
+    Precision.BF16: 16,
+    Precision.FP8: 8,
+    Precision.INT8: 8,
+    Precision.INT4: 4,
 }
 
 

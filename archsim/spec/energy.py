@@ -39,6 +39,8 @@ class EnergySpec(Spec):
     """One bit read from or written to the registers that feed the matrix unit, at the reference node."""
     sram_read: EnergyPerBit
     """One bit read from or written to an on-chip SRAM buffer at the reference node."""
+    l2_read: EnergyPerBit
+    """One bit read from a chip-wide last-level SRAM cache (a GPU's L2) at the reference node."""
     mac_area: dict[Precision, Area]
     """Silicon of one MAC unit (multiplier and adder) at the reference node."""
     sram_bit_area: Area
@@ -55,6 +57,13 @@ class EnergySpec(Spec):
     matrix_lane_cycle: Energy
     """One MAC lane of the matrix unit for one clock while the unit runs an op, whether the lane does
     a MAC or not (lane activation: clocking, operand staging and control), at the reference node."""
+    simt_instruction: Energy
+    """One lane of one instruction issued on a SIMT core (a GPU's CUDA cores or SIMD lanes): its
+    fetch, decode, scheduling and operand fetch from the register file, beside the arithmetic itself,
+    at the reference node."""
+    simt_lane_cycle: Energy
+    """One lane of a SIMT core's floating-point pipeline for one clock while it runs an op (lane
+    activation, as ``matrix_lane_cycle`` for the matrix unit), at the reference node."""
     sources: dict[str, str]
 
     @model_validator(mode="after")

@@ -96,6 +96,18 @@ class FamilySection(Spec, abc.ABC):
         """True when a MAC passes a 32-bit partial sum between processing elements (weight/input stationary)."""
         return False
 
+    def simt_ops_per_instruction(self, precision: Precision, matrix: bool) -> int | None:
+        """MACs (``matrix``) or element-wise FLOPs one lane instruction of a SIMT core does at ``precision``.
+
+        None where no SIMT core (a GPU's CUDA cores or SIMD lanes, issued one instruction per lane op)
+        runs that work: a matrix unit, a systolic array, a vector unit of wide fixed operations.
+        """
+        return None
+
+    def simt_lanes(self) -> int:
+        """FP32 lanes of the chip's SIMT cores, whole chip (0: it has none)."""
+        return 0
+
     def in_processor_bytes(self) -> int | None:
         """Bytes of on-chip program memory that must hold a step's data (IPU), or None (main memory holds it)."""
         return None

@@ -62,6 +62,8 @@ class Metric(enum.StrEnum):
     ACHIEVED_TFLOPS = "achieved_tflops"
     MFU = "mfu"
     BUSBW = "busbw"
+    POWER = "power"
+    """A chip's average power over the step (``power_w``), as a board's power sensor averages it."""
 
     @property
     def per_op(self) -> bool:
@@ -79,6 +81,7 @@ UNITS = {
     Metric.ACHIEVED_TFLOPS: ("TFLOP/s/GPU",),
     Metric.MFU: ("%",),
     Metric.BUSBW: ("GB/s",),
+    Metric.POWER: ("W",),
 }
 
 

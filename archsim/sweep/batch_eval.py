@@ -105,9 +105,19 @@ def evaluate(group: Group) -> list[RunResult | None]:
     ok = np.ones(n, dtype=bool)
     energy = {
         name: np.array([getattr(x, name) for x in group.energies])
-        for name in ("mac_j", "vector_op_j", "register_mac_j", "sram_bit_j", "dram_bit_j", "matrix_active_w")
+        for name in (
+            "mac_j",
+            "vector_op_j",
+            "register_mac_j",
+            "sram_bit_j",
+            "l2_bit_j",
+            "dram_bit_j",
+            "matrix_active_w",
+            "matrix_instruction_j",
+            "vector_instruction_j",
+        )
     }
-    parts = {part: np.zeros(n) for part in ("compute", "register", "sram", "dram", "activation")}
+    parts = {part: np.zeros(n) for part in ("compute", "register", "sram", "l2", "dram", "activation", "instruction")}
     by_bound = np.zeros((len(_BOUNDS), n))
     ends: list[Floats] = []
     unit_free: dict[Unit, Floats] = {}
@@ -145,15 +155,24 @@ def evaluate(group: Group) -> list[RunResult | None]:
             compute_j = op.flops / 2 * energy["mac_j"] if matrix else op.flops * energy["vector_op_j"]
             register_j = op.flops / 2 * energy["register_mac_j"] if matrix else np.zeros(n)
             bits = dram * BITS_PER_BYTE
-            sram_j = SRAM_ACCESSES_PER_DRAM_BYTE * bits * energy["sram_bit_j"]
+            staged = cost.onchip_bytes * BITS_PER_BYTE
+            sram_j = SRAM_ACCESSES_PER_DRAM_BYTE * (bits + staged) * energy["sram_bit_j"]
+            l2_j = staged * energy["l2_bit_j"]
             dram_j = bits * energy["dram_bit_j"]
             activation_j = duration * energy["matrix_active_w"] if matrix else np.zeros(n)
+            if matrix:
+                instruction_j = op.flops / 2 * energy["matrix_instruction_j"]
+            else:
+                instruction_j = op.flops * energy["vector_instruction_j"]
             parts["compute"] += compute_j
             parts["register"] += register_j
             parts["sram"] += sram_j
+            parts["l2"] += l2_j
             parts["dram"] += dram_j
             parts["activation"] += activation_j
-            durations.append((compute_j + register_j + sram_j + dram_j + activation_j, duration))
+            parts["instruction"] += instruction_j
+            total_j = compute_j + register_j + sram_j + l2_j + dram_j + activation_j + instruction_j
+            durations.append((total_j, duration))
     ops_time = np.zeros(n)
     for end in ends:
         ops_time = np.maximum(ops_time, end)

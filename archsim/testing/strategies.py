@@ -83,14 +83,14 @@ def gemm_ops(draw: st.DrawFn, precision: Precision | str = Precision.FP16) -> Op
     """A (batched) matrix product with its operand and result tensors."""
     batch = draw(st.integers(min_value=1, max_value=64))
     m, n, k = draw(dims), draw(dims), draw(dims)
-    e = Precision(precision).bytes
+    size = Precision(precision).nbytes
     return Op(
         name="gemm",
         kind=OpKind.MATMUL,
         phase=Phase.FORWARD,
         flops=2 * batch * m * n * k,
-        reads=(TensorAccess("a", batch * m * k * e), TensorAccess("b", batch * k * n * e, Role.WEIGHT)),
-        writes=(TensorAccess("c", batch * m * n * e),),
+        reads=(TensorAccess("a", size(batch * m * k)), TensorAccess("b", size(batch * k * n), Role.WEIGHT)),
+        writes=(TensorAccess("c", size(batch * m * n)),),
         gemm=Gemm(batch, m, n, k),
     )
 
@@ -120,10 +120,10 @@ def conv_ops(
         pad=(r - 1) // 2,
     )
     phase = Phase(draw(st.sampled_from(phases)))
-    e = Precision(precision).bytes
-    x = TensorAccess("x", conv.n * conv.c * conv.h * conv.w * e)
-    w = TensorAccess("w", conv.k * conv.c * conv.r * conv.s * e, Role.WEIGHT)
-    y = TensorAccess("y", conv.n * conv.k * conv.p * conv.q * e)
+    nbytes = Precision(precision).nbytes
+    x = TensorAccess("x", nbytes(conv.n * conv.c * conv.h * conv.w))
+    w = TensorAccess("w", nbytes(conv.k * conv.c * conv.r * conv.s), Role.WEIGHT)
+    y = TensorAccess("y", nbytes(conv.n * conv.k * conv.p * conv.q))
     if phase is Phase.BACKWARD_DATA:
         if conv.stride == 1:
             gemm = Gemm(1, conv.n * conv.h * conv.w, conv.c, conv.k * conv.r * conv.s)
@@ -164,10 +164,10 @@ def vector_ops(
     elements = draw(st.integers(min_value=1, max_value=2**28))
     flops_per = draw(st.integers(min_value=1, max_value=8))
     inputs = draw(st.integers(min_value=1, max_value=3))
-    e = Precision(precision).bytes
+    size = Precision(precision).nbytes
     role = Role.STATE if kind is OpKind.OPTIMIZER else Role.ACTIVATION
     phase = Phase.UPDATE if kind is OpKind.OPTIMIZER else Phase.FORWARD
-    writes = [TensorAccess("y", elements * e, role)]
+    writes = [TensorAccess("y", size(elements), role)]
     if kind is OpKind.BATCHNORM and draw(st.booleans()):
         # training: batch statistics, computed in the forward pass (which updates the running
         # statistics) or reduced over in the backward pass
@@ -179,7 +179,7 @@ def vector_ops(
         kind=kind,
         phase=phase,
         flops=flops_per * elements,
-        reads=tuple(TensorAccess(f"x{i}", elements * e, role) for i in range(inputs)),
+        reads=tuple(TensorAccess(f"x{i}", size(elements), role) for i in range(inputs)),
         writes=tuple(writes),
     )
 

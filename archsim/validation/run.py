@@ -50,7 +50,7 @@ class RowResult:
 
     row: Row
     predicted: float
-    """Prediction in the row's unit (samples/s, ms, TFLOP/s or GB/s)."""
+    """Prediction in the row's unit (samples/s, ms, TFLOP/s, GB/s or W)."""
     tolerance: float
     family: str = ""
     """The family of the row's chip."""
@@ -200,6 +200,8 @@ def measure(row: Row, result: RunResult) -> float:
         return 1e3 * result.ttft_s
     if row.metric is Metric.STEP_TIME:
         return result.step_time_s
+    if row.metric is Metric.POWER:
+        return result.power_w
     if row.metric is Metric.OUTPUT_THROUGHPUT:
         return _output_throughput(row, result)
     if row.metric is Metric.ACHIEVED_TFLOPS:

@@ -165,13 +165,13 @@ def _shard_comm(cfg: DecoderSection, mode: Mode, batch: int, trace: Trace, optio
     """What the tensor-parallel shards of a decoder step exchange (:mod:`archsim.workloads.tensor_parallel`)."""
     assert trace.seq_len is not None
     queries = 1 if mode is Mode.DECODE else trace.seq_len
-    tokens, elem = batch * queries, trace.precision.bytes
+    tokens, size = batch * queries, trace.precision.nbytes
     return ShardComm(
         options.tensor_parallel,
         options.sequence_parallel,
-        tokens * cfg.hidden * elem,
+        size(tokens * cfg.hidden),
         loss_tokens=tokens if mode is Mode.TRAIN else 0,
-        logits_bytes=batch * cfg.vocab * elem if mode.is_generation else 0,
+        logits_bytes=size(batch * cfg.vocab) if mode.is_generation else 0,
     )
 
 

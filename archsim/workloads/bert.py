@@ -145,7 +145,7 @@ class _Bert:
         scores = g.act(f"{prefix}.scores.out", scores_n)
         g.matmul(f"{prefix}.scores", Gemm(b * heads, s, s, d), (q, k), scores)
         masked = g.act(f"{prefix}.scale_mask.out", scores_n)
-        mask = TensorAccess(ATTENTION_MASK, b * s * g.elem)
+        mask = TensorAccess(ATTENTION_MASK, g.size(b * s))
         g.elementwise(f"{prefix}.scale_mask", "scale_mask", (scores, mask), masked, scores_n)
         probs = g.act(f"{prefix}.softmax.out", scores_n)
         g.elementwise(
@@ -174,14 +174,14 @@ class _Bert:
         """Pooler + next-sentence head, masked-LM head, and the loss over both."""
         g, cfg, b = self.g, self.cfg, self.b
         h, vocab, m = cfg.hidden, cfg.vocab, masked_positions(cfg, self.s)
-        first = TensorAccess(x.name, b * h * g.elem)  # the [CLS] token of each sequence
+        first = TensorAccess(x.name, g.size(b * h))  # the [CLS] token of each sequence
         pooled = self.linear("pooler.dense", first, b, h, h)
         tanh = g.act("pooler.tanh.out", b * h)
         g.elementwise("pooler.tanh", "tanh", (pooled,), tanh, b * h, saved=(tanh.name,))
         nsp = self.linear("cls.seq_relationship", tanh, b, 2, h)
         positions = TensorAccess("masked_lm_positions", b * m * INT_BYTES)
         picked = g.act("cls.predictions.gather.out", b * m * h)
-        rows = TensorAccess(x.name, b * m * h * g.elem)
+        rows = TensorAccess(x.name, g.size(b * m * h))
         g.elementwise("cls.predictions.gather", "gather", (rows, positions), picked, b * m * h, saved=(positions.name,))
         t = self.linear("cls.predictions.transform.dense", picked, b * m, h, h)
         act = g.act("cls.predictions.transform.gelu.out", b * m * h)

@@ -165,12 +165,12 @@ def _foreign_op(
             if len(operands[1]) == 2:  # a layer: the leading dimensions are rows
                 batch, m = 1, batch * m
             gemm = Gemm(batch, m, n, k)
-            e = precision.bytes
+            nbytes = precision.nbytes
             operand_reads = (
-                TensorAccess(f"{node.name}#{node.id}.a", gemm.batch * m * k * e),
-                TensorAccess(f"{node.name}#{node.id}.b", (gemm.batch if len(operands[1]) > 2 else 1) * k * n * e),
+                TensorAccess(f"{node.name}#{node.id}.a", nbytes(gemm.batch * m * k)),
+                TensorAccess(f"{node.name}#{node.id}.b", nbytes((gemm.batch if len(operands[1]) > 2 else 1) * k * n)),
             )
-            out = TensorAccess(f"{node.name}#{node.id}.out", gemm.batch * m * n * e)
+            out = TensorAccess(f"{node.name}#{node.id}.out", nbytes(gemm.batch * m * n))
             return Op(
                 node.name, OpKind.MATMUL, Phase.FORWARD, flops or 2 * gemm.macs, operand_reads, (out,), deps, gemm
             )

@@ -87,7 +87,7 @@ def expert_tokens(cfg: DecoderSection, tokens: int) -> int:
 
 def kv_bytes_per_token(cfg: DecoderSection, precision: Precision) -> int:
     """Bytes of keys and values one token keeps in the KV cache, all layers together."""
-    return 2 * cfg.layers * cfg.kv_heads * cfg.head_size * precision.bytes
+    return precision.nbytes(2 * cfg.layers * cfg.kv_heads * cfg.head_size)
 
 
 def layer_matrix_parameters(cfg: DecoderSection, active: bool) -> int:
@@ -224,11 +224,11 @@ class _Decoder:
 
     def local(self, x: TensorAccess) -> TensorAccess:
         """``x`` (a whole ``tokens x h`` activation) as the norms and residual adds see it: this chip's rows."""
-        return TensorAccess(x.name, self.rows * self.cfg.hidden * self.g.elem)
+        return TensorAccess(x.name, self.g.size(self.rows * self.cfg.hidden))
 
     def gathered(self, x: TensorAccess) -> TensorAccess:
         """A norm's output ``x`` as a column-parallel product reads it: every token (all-gathered with SP)."""
-        return TensorAccess(x.name, self.tokens * self.cfg.hidden * self.g.elem)
+        return TensorAccess(x.name, self.g.size(self.tokens * self.cfg.hidden))
 
     def attention(self, prefix: str, x: TensorAccess) -> TensorAccess:
         """Causal self-attention with grouped K/V heads, up to its output projection."""
@@ -252,8 +252,8 @@ class _Decoder:
             g.add(f"{prefix}.rotary", OpKind.ELEMENTWISE, 3 * elements, (q, k), (rq, rk), rule=rule)
             q, k = rq, rk
         if self.mode is Mode.DECODE:  # the new token's K and V join the cache, which the products read whole
-            k = TensorAccess(f"{prefix}.k_cache", b * c * kv * d * g.elem)
-            v = TensorAccess(f"{prefix}.v_cache", b * c * kv * d * g.elem)
+            k = TensorAccess(f"{prefix}.k_cache", g.size(b * c * kv * d))
+            v = TensorAccess(f"{prefix}.v_cache", g.size(b * c * kv * d))
         core = len(g.ops)  # scores to context: the attention core selective recomputation runs again
         scores_n = b * heads * self.q * c
         scores = g.act(f"{prefix}.scores.out", scores_n)
@@ -335,7 +335,7 @@ class _Decoder:
         rows = self.tokens
         if self.mode.is_generation:  # only the last token's logits choose the next token
             rows = self.b
-            x = TensorAccess(x.name, rows * cfg.hidden * g.elem)
+            x = TensorAccess(x.name, g.size(rows * cfg.hidden))
         vocab = self.vocab
         logits = g.act("lm_head.out", rows * vocab)
         head = EMBEDDING if cfg.tied_embeddings else "lm_head.weight"

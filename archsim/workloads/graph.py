@@ -12,8 +12,9 @@ Conventions every builder follows (the derivation relies on them):
 * A matrix op (``conv2d``, ``matmul``) reads its left operand first and its right operand second
   (for a layer, the right operand is the weight); further reads are biases (weights) that the
   epilogue adds. Its ``flops`` are ``2 * gemm.macs``; the bias add is not counted.
-* Bytes are ``elements * precision.bytes``, except integer inputs (token ids, labels, positions:
-  int32, 4 bytes), dropout masks (1 byte per element) and norm statistics (fp32, 4 bytes).
+* Bytes are ``precision.nbytes(elements)`` (half a byte an element for int4), except integer inputs
+  (token ids, labels, positions: int32, 4 bytes), dropout masks (1 byte per element) and norm
+  statistics (fp32, 4 bytes).
 * An embedding op reads only the table rows it gathers, so its weight access is smaller than the
   table; parameter counts therefore come from :attr:`ForwardGraph.parameters`, not from reads.
 
@@ -122,7 +123,6 @@ class GraphBuilder:
         """Start an empty graph called ``name`` whose tensors are in ``precision``."""
         self.name = name
         self.precision = precision
-        self.elem = precision.bytes
         self.ops: list[Op] = []
         self.rules: dict[int, BackwardRule] = {}
         self.producer: dict[str, int] = {}
@@ -133,14 +133,22 @@ class GraphBuilder:
         self.core: set[int] = set()
         """Ops selective recomputation runs again (:attr:`ForwardGraph.core`); a builder adds them."""
 
+    def size(self, elements: int) -> int:
+        """Bytes of ``elements`` elements in the run's precision."""
+        return self.precision.nbytes(elements)
+
+    def elements(self, tensor: TensorAccess) -> int:
+        """Elements of a tensor in the run's precision (:meth:`~archsim.spec.common.Precision.elements_in`)."""
+        return self.precision.elements_in(tensor.bytes)
+
     def act(self, name: str, elements: int) -> TensorAccess:
         """An activation of ``elements`` elements in the run's precision."""
-        return TensorAccess(name, elements * self.elem)
+        return TensorAccess(name, self.size(elements))
 
     def weight(self, name: str, elements: int, touched: int | None = None) -> TensorAccess:
         """A trainable tensor of ``elements`` elements; ``touched`` elements of it are read."""
         self.params[name] = elements
-        return TensorAccess(name, (elements if touched is None else touched) * self.elem, Role.WEIGHT)
+        return TensorAccess(name, self.size(elements if touched is None else touched), Role.WEIGHT)
 
     def add(
         self,
@@ -197,7 +205,7 @@ class GraphBuilder:
 
     def residual(self, name: str, x: TensorAccess, skip: TensorAccess) -> TensorAccess:
         """Append the residual add of two equal-shaped activations; returns its output ``NAME.out``."""
-        elements = x.bytes // self.elem
+        elements = self.elements(x)
         out = self.act(f"{name}.out", elements)
         self.elementwise(name, "add", (x, skip), out, elements)
         return out
@@ -207,7 +215,7 @@ class GraphBuilder:
 
         It also writes a 1-byte mask per element (``NAME.mask``), its backward's only saved tensor.
         """
-        elements = x.bytes // self.elem
+        elements = self.elements(x)
         out = self.act(f"{name}.out", elements)
         mask = TensorAccess(f"{name}.mask", elements * MASK_BYTES)
         self.elementwise(name, "dropout", (x,), out, elements, saved=(mask.name,), extra_writes=(mask,))

@@ -1,6 +1,6 @@
 """Device memory a step needs (``Trace.memory_bytes``), from its ops; all counts in bytes.
 
-* Persistent in both modes: weights (``parameters * precision.bytes``) and buffers (the distinct
+* Persistent in both modes: weights (``precision.nbytes(parameters)``) and buffers (the distinct
   :attr:`Role.STATE` tensors the forward ops read, e.g. batchnorm running statistics).
 * Inference adds the peak of live activations (and, generating text, the KV cache): a tensor is live
   from the op that writes it (or first reads it, for a network input) through the last op that reads
@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from archsim.errors import UsageError
-from archsim.spec.common import Fusion
+from archsim.spec.common import BITS_PER_BYTE, Fusion
 from archsim.spec.model import Optimizer
 from archsim.spec.software import Rewrite
 from archsim.workloads.graph import ForwardGraph
@@ -115,8 +115,8 @@ def memory_per_chip(trace: Trace) -> MemoryPerChip:
     parts: list[int] = []
     train = trace.mode is Mode.TRAIN
     for wanted in (
-        trace.parameters * trace.precision.bytes + sum(buffers.values()),
-        trace.parameters * trace.precision.bytes if train else 0,
+        trace.precision.nbytes(trace.parameters) + sum(buffers.values()),
+        trace.precision.nbytes(trace.parameters) if train else 0,
         sum(size for name, size in updated.items() if name not in touched) if train else 0,  # update_only_bytes
         int(trace.meta.get("kv_cache_bytes", "0")),
     ):
@@ -157,7 +157,7 @@ def persistent_bytes(graph: ForwardGraph) -> int:
         for t in op.reads:
             if t.role is Role.STATE:
                 buffers[t.name] = t.bytes
-    return graph.parameters * graph.precision.bytes + sum(buffers.values())
+    return graph.precision.nbytes(graph.parameters) + sum(buffers.values())
 
 
 def peak_live_bytes(ops: Sequence[Op]) -> int:
@@ -205,11 +205,11 @@ def _transient_bytes(ops: Iterable[Op], saved: frozenset[str]) -> int:
 
 def training_memory(graph: ForwardGraph, step: TrainingStep, optimizer: Optimizer | None) -> int:
     """Weights, buffers, gradients, master weights, optimizer state, saved and transient activations."""
-    count, elem = graph.parameters, graph.precision.bytes
-    total = persistent_bytes(graph) + count * elem
+    count, precision = graph.parameters, graph.precision
+    total = persistent_bytes(graph) + precision.nbytes(count)
     if optimizer is not None:
         state, _ = OPTIMIZER_COST[optimizer]
-        total += count * state + (count * MASTER_BYTES if elem < MASTER_BYTES else 0)
+        total += count * state + (count * MASTER_BYTES if precision.bits < MASTER_BYTES * BITS_PER_BYTE else 0)
     sizes: dict[str, int] = {}
     for op in step.ops:
         for t in (*op.reads, *op.writes):

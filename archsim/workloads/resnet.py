@@ -75,8 +75,8 @@ class _ResNet:
 
     def relu(self, name: str, x: TensorAccess) -> TensorAccess:
         """ReLU; its backward needs only its output (so an in-place ReLU saves no extra copy)."""
-        out = self.g.act(f"{name}.out", x.bytes // self.g.elem)
-        self.g.elementwise(name, "relu", (x,), out, x.bytes // self.g.elem, saved=(out.name,))
+        out = self.g.act(f"{name}.out", self.g.elements(x))
+        self.g.elementwise(name, "relu", (x,), out, self.g.elements(x), saved=(out.name,))
         return out
 
     def conv_bn(
@@ -100,7 +100,7 @@ class _ResNet:
         shortcut = x
         if stride != 1 or shape[0] != cout:
             shortcut, _ = self.conv_bn(f"{prefix}.downsample.0", f"{prefix}.downsample.1", x, shape, cout, 1, stride)
-        elements = y.bytes // self.g.elem
+        elements = self.g.elements(y)
         total = self.g.act(f"{prefix}.add.out", elements)
         self.g.elementwise(f"{prefix}.add", "add", (y, shortcut), total, elements)
         return self.relu(f"{prefix}.relu3", total), s
@@ -124,7 +124,7 @@ class _ResNet:
         """Every op of the forward pass."""
         cfg, g, n = self.cfg, self.g, self.n
         shape = (cfg.in_channels, cfg.image_size, cfg.image_size)
-        x = TensorAccess(INPUT, n * shape[0] * shape[1] * shape[2] * g.elem)
+        x = TensorAccess(INPUT, g.size(n * shape[0] * shape[1] * shape[2]))
         y, shape = self.conv_bn("conv1", "bn1", x, shape, cfg.stem_channels, 7, 2)
         y = self.relu("relu", y)
         pool = ConvShape(n, shape[0], shape[1], shape[2], shape[0], 3, 3, 2, 1)

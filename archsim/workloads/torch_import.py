@@ -167,7 +167,7 @@ def _node(t: TorchGraph, node: Any, op: str) -> bool:
         g.add(name, OpKind.LAYERNORM, ELEMENT_FLOPS["norm"][0] * elements, ins[:3], (t.out(node),), rule=rule)
     elif op == "native_dropout":  # training: a 1-byte mask per element, its backward's only saved tensor
         mask = TensorAccess(f"{name}.mask", numel(node) * MASK_BYTES)
-        out = TensorAccess(name, numel(node) * g.elem)
+        out = TensorAccess(name, g.size(numel(node)))
         t.live.add(name)
         g.elementwise(name, "dropout", ins[:1], out, numel(node), saved=(mask.name,), extra_writes=(mask,))
     elif op in ("softmax", "_softmax", "log_softmax", "_log_softmax"):

@@ -159,8 +159,11 @@ class TorchGraph:
         for out in value if isinstance(value, tuple | list) else (value,):
             if hasattr(out, "shape"):
                 bool_ = str(out.dtype) == "torch.bool"
-                size = MASK_BYTES if bool_ else self.g.elem if out.dtype.is_floating_point else INT_BYTES
-                total += math.prod(dims(out, node)) * size
+                count = math.prod(dims(out, node))
+                if out.dtype.is_floating_point and not bool_:
+                    total += self.g.size(count)
+                else:
+                    total += count * (MASK_BYTES if bool_ else INT_BYTES)
         return total
 
     def access(self, node: Any) -> TensorAccess:

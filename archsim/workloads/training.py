@@ -65,6 +65,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from archsim.spec.common import BITS_PER_BYTE
 from archsim.spec.model import Optimizer
 from archsim.workloads.graph import ForwardGraph
 from archsim.workloads.options import Recompute
@@ -175,7 +176,7 @@ class _Backward:
         self.recomputed: dict[int, int] = {}
         """Forward op index -> index of its recomputed copy."""
         self.fwd: list[Op] = [*graph.ops, *([graph.loss] if graph.loss is not None else [])]
-        self.elem = graph.precision.bytes
+        self.precision = graph.precision
         self.producer: dict[str, int] = {}
         self.size: dict[str, int] = {}
         for index, op in enumerate(self.fwd):
@@ -268,7 +269,7 @@ class _Backward:
                 reads.append(g)
                 deps.update(previous)
                 if accumulate:
-                    flops += g.bytes // self.elem
+                    flops += self.precision.elements_in(g.bytes)
             previous.append(index)
             writes.append(g)
             if g.role is Role.GRADIENT:
@@ -312,7 +313,7 @@ class _Backward:
             if grads:
                 self.emit(f"{op.name}.bwd_{suffix}", op.kind, 2 * view.macs, reads, grads + bias, d, view, op)
             else:  # only the bias needs a gradient: a column sum of dC, one FLOP per element
-                flops = sum(t.bytes for t in outs) // self.elem
+                flops = self.precision.elements_in(sum(t.bytes for t in outs))
                 self.emit(f"{op.name}.bwd_weight", OpKind.ELEMENTWISE, flops, reads[1:], bias, set(deps))
 
     def other(self, index: int, op: Op, outs: list[TensorAccess], deps: set[int]) -> None:
@@ -353,16 +354,16 @@ class _Backward:
         if count == 0:
             return
         state, flops = OPTIMIZER_COST[optimizer]
-        grads = TensorAccess("parameters" + GRAD, count * self.elem, Role.GRADIENT)
+        grads = TensorAccess("parameters" + GRAD, self.precision.nbytes(count), Role.GRADIENT)
         moments = TensorAccess(f"{optimizer.value}.state", count * state, Role.STATE)
         reads: tuple[TensorAccess, ...]
         writes: tuple[TensorAccess, ...]
-        if self.elem < MASTER_BYTES:
+        if self.precision.bits < MASTER_BYTES * BITS_PER_BYTE:
             master = TensorAccess("parameters.master", count * MASTER_BYTES, Role.STATE)
-            copy = TensorAccess("parameters", count * self.elem, Role.WEIGHT)
+            copy = TensorAccess("parameters", self.precision.nbytes(count), Role.WEIGHT)
             reads, writes = (master, grads, moments), (master, moments, copy)
         else:
-            weights = TensorAccess("parameters", count * self.elem, Role.WEIGHT)
+            weights = TensorAccess("parameters", self.precision.nbytes(count), Role.WEIGHT)
             reads, writes = (weights, grads, moments), (weights, moments)
         deps = tuple(sorted(set(self.param_grad_ops)))
         self.ops.append(

@@ -48,7 +48,7 @@ def zero_memory(trace: Trace, stage: int, data_parallel: int) -> MemoryPerChip:
     memory = memory_per_chip(trace)
     if stage == 0 or data_parallel == 1:
         return memory
-    parameters = min(trace.parameters * trace.precision.bytes, memory.weights)
+    parameters = min(trace.precision.nbytes(trace.parameters), memory.weights)
     weights = memory.weights - parameters + math.ceil(parameters / data_parallel) if stage >= 3 else memory.weights
     gradients = math.ceil(memory.gradients / data_parallel) if stage >= 2 else memory.gradients
     optimizer = math.ceil(memory.optimizer_state / data_parallel)
@@ -102,7 +102,7 @@ def _unread_parameter_bytes(trace: Trace, forward: Sequence[int]) -> int:
         for t in trace.ops[index].reads:
             if t.role is Role.WEIGHT:
                 sizes[t.name] = max(sizes.get(t.name, 0), t.bytes)
-    return max(0, trace.parameters * trace.precision.bytes - sum(sizes.values()))
+    return max(0, trace.precision.nbytes(trace.parameters) - sum(sizes.values()))
 
 
 def with_zero(trace: Trace, stage: int, data_parallel: int, bucket_bytes: int, overlap: bool = True) -> Trace:

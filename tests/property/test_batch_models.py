@@ -12,6 +12,7 @@ import dataclasses
 import importlib
 import math
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
@@ -67,5 +68,6 @@ def test_batch_model_equals_one_chip_model(family: str, data: st.DataObject) -> 
             continue
         assert tuple(float(getattr(cost, name)[i]) for name in FIELDS) == tuple(getattr(expected, n) for n in FIELDS)
         assert int(cost.dram_bytes[i]) == expected.dram_bytes
+        assert int(np.broadcast_to(cost.onchip_bytes, cost.time_s.shape)[i]) == expected.onchip_bytes
         assert cost.unit is expected.unit
         assert list(Bound)[bounds[i]] is expected.bound

@@ -132,14 +132,14 @@ def test_the_bound_label_names_the_largest_term(name: str, software: str | None,
 def decode_product(chip_name: str) -> tuple[ChipSpec, Op]:
     """A decode step's weight product on ``chip_name``: m = 1, about one FLOP per byte."""
     chip = LIBRARY.chip(chip_name)
-    e = chip.default_precision.bytes
+    size = chip.default_precision.nbytes
     op = Op(
         "decode",
         OpKind.MATMUL,
         Phase.FORWARD,
         2 * 4096 * 4096,
-        (TensorAccess("x", 4096 * e), TensorAccess("w", 4096 * 4096 * e, Role.WEIGHT)),
-        (TensorAccess("y", 4096 * e),),
+        (TensorAccess("x", size(4096)), TensorAccess("w", size(4096 * 4096), Role.WEIGHT)),
+        (TensorAccess("y", size(4096)),),
         gemm=Gemm(1, 1, 4096, 4096),
     )
     return chip, op

@@ -36,11 +36,11 @@ def test_generation_is_physically_possible(chip: str, model: str, mode: str, bat
     cfg = LIBRARY.model(model).decoder
     assert cfg is not None
     parameters = {"gpt2": 124_439_808, "gpt3-125m": 125_226_240, "llama2-7b": 6_738_415_616}[model]
-    weight_bytes = parameters * spec.default_precision.bytes
+    weight_bytes = spec.default_precision.nbytes(parameters)
     # tables that are only looked up (learned positions; an untied input table) are read row by row;
     # every other weight is read whole at least once
     rows = (cfg.max_position if cfg.positions.value == "learned" else 0) + (0 if cfg.tied_embeddings else cfg.vocab)
-    table = rows * cfg.hidden * spec.default_precision.bytes
+    table = spec.default_precision.nbytes(rows * cfg.hidden)
     assert result.step_time_s >= (weight_bytes - table) / spec.memory.main.bandwidth
     assert 0 < result.utilization <= 1
     tokens = batch * (prompt if mode == "prefill" else 1)

@@ -48,7 +48,7 @@ def test_batch_equals_one_configuration(
     op: Op, configurations: list[dict[str, int]], dataflow: Dataflow, clock: float, compute: float, bandwidth: float
 ) -> None:
     chips = [variant(fields, dataflow, clock) for fields in configurations]
-    e = Precision.FP16.bytes
+    e = Precision.FP16.nbytes(1)
     batch = ArrayBatch(
         dataflow=dataflow,
         rows=np.array([f["array_rows"] for f in configurations]),

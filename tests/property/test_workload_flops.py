@@ -84,7 +84,7 @@ def test_memory_grows_with_batch(batch: int, mode: Mode, precision: Precision) -
     small = build_trace("resnet50", LIBRARY, mode, batch, precision, None)
     large = build_trace("resnet50", LIBRARY, mode, batch + 1, precision, None)
     assert small.memory_bytes < large.memory_bytes
-    assert small.memory_bytes > small.parameters * precision.bytes
+    assert small.memory_bytes > precision.nbytes(small.parameters)
 
 
 @settings(max_examples=15, deadline=None)

@@ -18,14 +18,14 @@ LIBRARY = Library(use_env=False)
 
 def product(chip: ChipSpec, m: int, n: int, k: int) -> Op:
     """A forward matrix product ``m x k`` by a ``k x n`` weight."""
-    e = chip.default_precision.bytes
+    size = chip.default_precision.nbytes
     return Op(
         "fc",
         OpKind.MATMUL,
         Phase.FORWARD,
         2 * m * n * k,
-        (TensorAccess("x", m * k * e), TensorAccess("w", k * n * e, Role.WEIGHT)),
-        (TensorAccess("y", m * n * e),),
+        (TensorAccess("x", size(m * k)), TensorAccess("w", size(k * n), Role.WEIGHT)),
+        (TensorAccess("y", size(m * n)),),
         gemm=Gemm(1, m, n, k),
     )
 

@@ -22,6 +22,7 @@ import yaml
 from pydantic import ValidationError
 
 from archsim import simulate
+from archsim.cli import main
 from archsim.errors import UsageError
 from archsim.spec.common import Precision
 from archsim.spec.library import Library, builtin_roots
@@ -121,17 +122,18 @@ def test_selective_needs_an_attention_core_and_bad_values_are_refused() -> None:
         simulate("v100", "gpt2", mode="train", batch=2, recompute="some", library=LIBRARY)
 
 
-def test_cli_bare_recompute_is_full_and_no_recompute_is_none() -> None:
-    run = [sys.executable, "-m", "archsim.cli", "run", "a100-80gb", "gpt2", "--mode", "train", "--batch", "1"]
+def test_cli_bare_recompute_is_full_and_no_recompute_is_none(capsys: pytest.CaptureFixture[str]) -> None:
+    run = ["run", "a100-80gb", "gpt2", "--mode", "train", "--batch", "1"]
     outputs = {}
     for flags in (["--recompute"], ["--recompute", "full"], ["--no-recompute"], ["--recompute", "none"]):
-        done = subprocess.run([*run, "--seq-len", "128", *flags, "--json"], capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr
-        outputs[" ".join(flags)] = json.loads(done.stdout)["memory_per_chip"]
+        assert main([*run, "--seq-len", "128", *flags, "--json"]) == 0
+        outputs[" ".join(flags)] = json.loads(capsys.readouterr().out)["memory_per_chip"]
     assert outputs["--recompute"] == outputs["--recompute full"]
     assert outputs["--no-recompute"] == outputs["--recompute none"]
     assert outputs["--recompute"]["activations"] < outputs["--no-recompute"]["activations"]
-    refused = subprocess.run([*run, "--recompute", "selective", "--mode", "infer"], capture_output=True, text=True)
+    # a fresh process: exit status 2, one line on stderr, nothing on stdout
+    command = [sys.executable, "-m", "archsim.cli", *run, "--recompute", "selective", "--mode", "infer"]
+    refused = subprocess.run(command, capture_output=True, text=True)
     assert refused.returncode == 2 and refused.stdout == ""
     assert refused.stderr.count("\n") == 1 and "--recompute" in refused.stderr
 

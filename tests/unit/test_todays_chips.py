@@ -17,6 +17,8 @@ from tests.cli import chip_file
 
 CHIPS = [
     "p100",
+    "p100-pcie",
+    "v100-pcie",
     "h100-pcie",
     "h200",
     "b200",

@@ -85,6 +85,7 @@ def test_in_scope_mape_leaves_out_rows_known_outside(tmp_path: Path, library: Li
         ({"metric": "output_throughput", "unit": "tok/s/GPU", "phase": None}, "metric output_throughput is the metric"),
         ({"metric": "mfu", "unit": "%", "phase": None}, "metric mfu applies to training rows only"),
         ({"metric": "achieved_tflops", "unit": "TFLOP/s", "phase": None}, "does not fit metric achieved_tflops"),
+        ({"metric": "power", "unit": "kW", "phase": None}, "does not fit metric power"),
     ],
 )
 def test_bad_rows_are_spec_errors(tmp_path: Path, library: Library, change: dict[str, object], fragment: str) -> None:

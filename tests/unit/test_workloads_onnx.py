@@ -21,7 +21,7 @@ from archsim.spec.library import Library  # noqa: E402
 from archsim.workloads import build_trace  # noqa: E402
 from archsim.workloads.onnx_import import import_onnx  # noqa: E402
 from archsim.workloads.trace import Gemm, Mode, OpKind, Trace  # noqa: E402
-from tests.onnx_models import bert_base_model, resnet50_model, save  # noqa: E402
+from tests.onnx_models import bert_base_model, resnet50_model, save, small_cnn_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -77,9 +77,9 @@ def test_bert_base_flops_within_a_percent_and_differences_explained(bert_file: P
         ]
     matrix_flops = sum(op.flops for op in imported.ops if op.kind is OpKind.MATMUL)
     assert matrix_flops == sum(op.flops for op in builtin.ops if op.kind is OpKind.MATMUL)
-    hidden_reads = 2 * 12 * b * s * h * Precision.FP16.bytes  # (1): x read by K and V as well
-    scores = 2 * 12 * b * 12 * s * s * Precision.FP16.bytes  # (2)
-    partial_sum = 2 * b * s * h * Precision.FP16.bytes  # (3)
+    hidden_reads = 2 * 12 * Precision.FP16.nbytes(b * s * h)  # (1): x read by K and V as well
+    scores = 2 * 12 * Precision.FP16.nbytes(b * 12 * s * s)  # (2)
+    partial_sum = 2 * Precision.FP16.nbytes(b * s * h)  # (3)
     mask_ops = 14 * b * s  # (4): Cast reads 4 and writes 2 bytes per element, Sub and Mul read and write 2
     assert imported.ops[0].bytes == builtin.ops[0].bytes
     extra = hidden_reads + scores + partial_sum + mask_ops
@@ -281,3 +281,23 @@ def test_attention_node_is_the_decoders_attention(tmp_path: Path, causal: int) -
         Gemm(b * kv_heads, group * s, d, s),
     ]
     assert [op.flops for op in trace.ops if not op.gemm] == [(2 if causal else 1) * scores, 5 * scores]
+
+
+@pytest.mark.parametrize("name", ["strides", "pads", "dilations", "group"])
+def test_a_conv_attribute_of_the_wrong_type_is_one_line(tmp_path: Path, name: str) -> None:
+    # the fuzz test's find: a list attribute whose type byte became INT (its ints kept, so ONNX's shape
+    # inference still reads them) came back as the integer 0, and the conv failed with a TypeError
+    model = small_cnn_model()
+    conv = next(node for node in model.graph.node if node.op_type == "Conv")
+    found = [attr for attr in conv.attribute if attr.name == name]
+    attr = found[0] if found else conv.attribute.add()
+    if not found:
+        attr.CopyFrom(helper.make_attribute(name, [1, 1]))
+    attr.type = onnx.AttributeProto.INT
+    if name == "group":  # an integer attribute: 0 groups
+        attr.CopyFrom(helper.make_attribute(name, 0))
+    path = save(model, tmp_path / f"bad_{name}.onnx")
+    with pytest.raises(SpecError) as info:
+        import_onnx(path, Mode.INFER, 2, Precision.FP16, None)
+    assert f"node 'conv': {name}: expected" in info.value.line()
+    assert "\n" not in info.value.line()

@@ -17,7 +17,7 @@ from archsim.workloads.training import OPTIMIZER_COST, training_ops
 def mlp(precision: Precision = Precision.FP16, with_loss: bool = True) -> ForwardGraph:
     """input -> fc1 -> relu -> fc2 -> add(residual from relu) -> loss; batch 4, widths 8 -> 16 -> 16."""
     g = GraphBuilder("mlp", precision)
-    x = TensorAccess("x", 4 * 8 * precision.bytes)
+    x = TensorAccess("x", precision.nbytes(4 * 8))
     h = g.act("fc1.out", 4 * 16)
     g.matmul("fc1", Gemm(1, 4, 16, 8), (x, g.weight("fc1.weight", 8 * 16), g.weight("fc1.bias", 16)), h)
     r = g.act("relu.out", 4 * 16)
@@ -173,9 +173,11 @@ def test_peak_live_bytes() -> None:
     assert inference_memory(graph) == graph.parameters * 2 + 128 * 3
 
 
-@pytest.mark.parametrize("precision", [Precision.FP32, Precision.BF16, Precision.INT8])
-def test_bytes_follow_precision(precision: Precision) -> None:
+@pytest.mark.parametrize(
+    ("precision", "bits"), [(Precision.FP32, 32), (Precision.BF16, 16), (Precision.INT8, 8), (Precision.INT4, 4)]
+)
+def test_bytes_follow_precision(precision: Precision, bits: int) -> None:
     graph = mlp(precision)
     fc1 = graph.ops[0]
-    assert fc1.reads[1].bytes == 8 * 16 * precision.bytes
-    assert fc1.writes[0].bytes == 4 * 16 * precision.bytes
+    assert fc1.reads[1].bytes == 8 * 16 * bits // 8
+    assert fc1.writes[0].bytes == 4 * 16 * bits // 8

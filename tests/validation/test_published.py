@@ -2,7 +2,8 @@
 
 ``validation/published.yaml`` holds the rows archsim's efficiency parameters are fitted to;
 ``validation/published-llm.yaml`` the LLM rows of calibration_llm.csv, which nothing is fitted to
-(they check the tensor-core family as fitted to the first table). Run them alone with
+(they check the tensor-core family as fitted to the first table); ``validation/power.yaml`` measured
+average power, which nothing is fitted to either (it checks the energy model). Run them alone with
 ``pytest -m validation``, or leave them out with ``pytest -m "not validation"``. The rows whose
 pipelines replay thousands of blocks (Megatron-LM's 310B to 1T runs on up to 3,072 GPUs: seconds each,
 a minute together) are skipped unless ``ARCHSIM_SLOW_VALIDATION=1``, to keep the suite's time. A cost-model change
@@ -23,7 +24,7 @@ from archsim.spec.validation import Row
 from archsim.validation import RowResult, prepare
 from archsim.validation.run import report_for
 
-TABLES = ("published", "published-llm")
+TABLES = ("published", "published-llm", "power")
 LIBRARY = Library(use_env=False)
 
 

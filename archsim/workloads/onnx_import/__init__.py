@@ -55,7 +55,7 @@ Any other op is unsupported: the import fails naming every unsupported op type w
 training a softmax-cross-entropy loss over the graph's float outputs is appended (an ONNX model
 carries no loss), with int32 labels, one per output row, as the built-in models do.
 
-Bytes are ``elements * precision.bytes`` for float tensors whatever the file's element type, 4 for
+Bytes are ``precision.nbytes(elements)`` for float tensors whatever the file's element type, 4 for
 integer tensors (ids), 1 for booleans. Limits (:mod:`archsim.limits`): the file at most
 :data:`~archsim.limits.MAX_MODEL_FILE_BYTES`, at most :data:`~archsim.limits.MAX_TRACE_OPS` nodes,
 every Gemm dimension at most :data:`~archsim.limits.MAX_DIM` and every count at most

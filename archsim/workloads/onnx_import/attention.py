@@ -60,14 +60,14 @@ def attention(imp: Importer, index: int, node: Any) -> None:
         context += past_k.dims[2]
         reads = [keys, values, *imp.reads(node, inputs[4:6])]
         present = [
-            TensorAccess(outputs[i] or f"{name}.present.{i}", batch * kv_heads * context * width * g.elem)
+            TensorAccess(outputs[i] or f"{name}.present.{i}", g.size(batch * kv_heads * context * width))
             for i, width in ((1, d), (2, dv))
         ]
-        moved = sum(t.bytes for t in present) // g.elem
+        moved = g.precision.elements_in(sum(t.bytes for t in present))
         g.add(f"{name}.present", OpKind.ELEMENTWISE, 0, reads, present, rule=BackwardRule((), moved))
         keys, values = present
     scores_n = batch * heads * queries * context
-    scores = TensorAccess(outputs[3] or f"{name}.scores.out", scores_n * g.elem)
+    scores = TensorAccess(outputs[3] or f"{name}.scores.out", g.size(scores_n))
     query = imp.access(inputs[0], node)
     g.matmul(f"{name}.scores", Gemm(batch * kv_heads, group * queries, context, d), (query, keys), scores)
     masked = g.act(f"{name}.scale_mask.out", scores_n)

@@ -110,11 +110,11 @@ class Importer:
             name = self.alias[name]
         return name
 
-    def elem_bytes(self, info: TensorInfo) -> int:
-        """Bytes of one element in the trace: the run's precision for floats."""
+    def size(self, info: TensorInfo, elements: int) -> int:
+        """Bytes of ``elements`` elements of a tensor in the trace: the run's precision for floats."""
         if info.elem_type in FLOAT_TYPES:
-            return self.g.elem
-        return MASK_BYTES if info.elem_type in BOOL_TYPES else INT_BYTES
+            return self.g.size(elements)
+        return elements * (MASK_BYTES if info.elem_type in BOOL_TYPES else INT_BYTES)
 
     def access(self, name: str, node: Any, touched: int | None = None) -> TensorAccess:
         """A read of tensor ``name`` (through views), as a weight when it is one."""
@@ -122,12 +122,12 @@ class Importer:
         info = self.info(canon, node)
         if canon in self.weights:
             return self.g.weight(canon, info.elements, touched)
-        return TensorAccess(canon, (info.elements if touched is None else touched) * self.elem_bytes(info))
+        return TensorAccess(canon, self.size(info, info.elements if touched is None else touched))
 
     def out(self, name: str, node: Any) -> TensorAccess:
         """A tensor written by an op."""
         info = self.info(name, node)
-        return TensorAccess(name, info.elements * self.elem_bytes(info))
+        return TensorAccess(name, self.size(info, info.elements))
 
     def reads(self, node: Any, names: Sequence[str] | None = None) -> list[TensorAccess]:
         """Reads of a node's inputs, constants left out."""
@@ -141,6 +141,26 @@ class Importer:
         """The op's name: the node's, else its type and index."""
         return node.name or f"{node.op_type}_{index}"
 
+    def int_list(
+        self, node: Any, attrs: dict[str, Any], key: str, default: list[Any], count: int, least: int = 1
+    ) -> list[int]:
+        """Attribute ``key`` of ``node`` (else ``default``) as ``count`` integers of at least ``least``.
+
+        Anything else is a SpecError naming the node and the attribute.
+        """
+        value = attrs.get(key, default)
+        if (
+            not isinstance(value, list)
+            or len(value) != count
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= least for v in value)
+        ):
+            raise SpecError(
+                self.source,
+                f"node {node.name or node.op_type!r}: {key}",
+                f"expected {count} integer{'s' if count != 1 else ''} >= {least}, got {value!r}",
+            )
+        return list(value)
+
     # -- node kinds ------------------------------------------------------------------------------
 
     def conv(self, index: int, node: Any) -> None:
@@ -148,12 +168,12 @@ class Importer:
         attrs = node_attrs(node)
         x, w = self.info(node.input[0], node), self.info(node.input[1], node)
         y = self.info(node.output[0], node)
-        group = int(attrs.get("group", 1))
         spatial = len(w.dims or ()) - 2
         kernel = tuple(w.dims or ())[2:]
-        strides = attrs.get("strides", [1] * spatial)
-        dilations = attrs.get("dilations", [1] * spatial)
-        pads = attrs.get("pads", [0] * 2 * spatial)
+        group = self.int_list(node, {"group": [attrs.get("group", 1)]}, "group", [], 1)[0]
+        strides = self.int_list(node, attrs, "strides", [1] * spatial, spatial)
+        dilations = self.int_list(node, attrs, "dilations", [1] * spatial, spatial)
+        pads = self.int_list(node, attrs, "pads", [0] * 2 * spatial, 2 * spatial, least=0)
         assert x.dims is not None
         assert w.dims is not None
         assert y.dims is not None
@@ -286,7 +306,7 @@ class Importer:
                 self.const.add(name)
             return
         outs = [self.out(n, node) for n in node.output if n]
-        moved = sum(t.bytes for t in outs) // max(1, self.g.elem)
+        moved = self.g.precision.elements_in(sum(t.bytes for t in outs))
         flops = self.info(node.input[0], node).elements if node.op_type == "TopK" else 0  # the router's compares
         self.g.add(self.op_name(node, index), OpKind.ELEMENTWISE, flops, reads, outs, rule=BackwardRule((), moved))
 
@@ -414,7 +434,7 @@ class Importer:
             info = self.infos.get(output.name)
             if info is None or info.dims is None or info.elem_type not in FLOAT_TYPES or canon in self.const:
                 continue
-            logits.append(TensorAccess(canon, info.elements * g.elem))
+            logits.append(TensorAccess(canon, g.size(info.elements)))
             elements += info.elements
             rows += info.elements // (info.dims[-1] if info.dims and info.dims[-1] else 1)
         if not logits:
