@@ -124,6 +124,15 @@ class CubeModel:
         self.frac_m, self.frac_n, _ = parse_shape(self.cube.cube_shape, 3)
         # the cube does frac_m x frac_n outputs per clock; its depth in K follows from its MAC rate
         self.frac_k = max(1, self.cube.cube_mac_per_clock[precision] // (self.frac_m * self.frac_n))
+        e = precision.element_bytes
+        self._fitting = [  # whole fractals that fit the buffers, largest first
+            (tile_m, tile_n)
+            for tile_m in TILE_SIDES[::-1]
+            for tile_n in TILE_SIDES[::-1]
+            if not (tile_m % self.frac_m or tile_n % self.frac_n)
+            and tile_fits(self.cube, tile_m, tile_n, self.frac_k, e)
+        ]
+        self._tile_memo: dict[object, CubeTile] = {}
 
     def cost(self, op: Op) -> OpCost:
         """Price one op on the cube (matrix) or the vector unit."""
@@ -136,18 +145,23 @@ class CubeModel:
         return finish(self.rates, op, compute_s, op.bytes / dram_bw, eff.op_overhead, op.bytes, Unit.VECTOR)
 
     def best_tile(self, op: Op, dram_bytes_per_s: float) -> CubeTile:
-        """The core tile that fits the buffers and finishes first (ties: less cube time, then larger)."""
+        """The core tile that fits the buffers and finishes first (ties: less cube time, then larger).
+
+        The choice depends on the product's shape and its tensors' sizes only, so it is kept for the
+        model's later ops of the same shape (networks repeat layer shapes many times).
+        """
+        key = (op.gemm, tuple(t.bytes for t in op.reads), op.bytes_written, dram_bytes_per_s)
+        found = self._tile_memo.get(key)
+        if found is None:
+            found = self._tile_memo[key] = self._best_tile(op, dram_bytes_per_s)
+        return found
+
+    def _best_tile(self, op: Op, dram_bytes_per_s: float) -> CubeTile:
         best: CubeTile | None = None
-        e = self.precision.element_bytes
-        for tile_m in TILE_SIDES[::-1]:
-            for tile_n in TILE_SIDES[::-1]:
-                if tile_m % self.frac_m or tile_n % self.frac_n:
-                    continue
-                if not tile_fits(self.cube, tile_m, tile_n, self.frac_k, e):
-                    continue
-                tile = self._tile(op, tile_m, tile_n, dram_bytes_per_s)
-                if best is None or (tile.time_s, tile.compute_s) < (best.time_s, best.compute_s):
-                    best = tile
+        for tile_m, tile_n in self._fitting:
+            tile = self._tile(op, tile_m, tile_n, dram_bytes_per_s)
+            if best is None or (tile.time_s, tile.compute_s) < (best.time_s, best.compute_s):
+                best = tile
         if best is None:
             raise ValueError(f"{self.chip.name}: no core tile fits L0A/L0B/L0C/L1 at {self.precision.value}")
         return best
