@@ -27,8 +27,9 @@ median CPU time (user + system) of the processes, which does not count waiting f
 
 ``--batch-sweep N`` times ``archsim sweep sweeps/systolic-shape-100k.yaml`` (100,000 configurations,
 the batch path) into a fresh folder N times, and prints configurations per second of the batch
-path, and of the event path on the 1,000-configuration sweep (``--path event``), whose table it
-checks against the batch path's.
+path, and of both paths (``--path event``, ``--path batch``) on two 1,000-configuration sweeps, a
+systolic chip's and a tensor-core GPU's (``sweeps/gpu-shape-sweep.yaml``), checking that each
+sweep's two tables are identical.
 
 ``--optimize N`` times ``archsim optimize sweeps/systolic-design-space.yaml --objective
 throughput_per_mm2`` (10^6 points; TPE, 1,000 trials) N times with seeds 0..N-1 and prints each

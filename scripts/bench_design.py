@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def bench_batch_sweep(repeat: int) -> None:
-    """Configurations per second: the 100,000-configuration sweep (batch path), the 1,000 one (event path)."""
+    """Configurations per second: the 100,000-configuration sweep (batch path), and both paths on the
+    1,000-configuration systolic and GPU sweeps (``sweeps/systolic-shape-sweep.yaml``, ``gpu-shape-sweep.yaml``)."""
     import tempfile
 
     import pandas as pd
@@ -37,18 +38,20 @@ def bench_batch_sweep(repeat: int) -> None:
             print(f"  100,000 configurations, batch path, run {i + 1}: {times[-1]:.1f} s", flush=True)
         median = statistics.median(times)
         print(f"batch path: median {median:.1f} s, {100_000 / median:,.0f} configurations/s")
-        paths = {}
-        for path in ("event", "batch"):
-            start = time.perf_counter()
-            subprocess.run(
-                [sys.executable, "-m", "archsim.cli", "sweep", str(sweeps / "systolic-shape-sweep.yaml"),
-                 "--out", f"{folder}/{path}", "--path", path, "--no-progress"],
-                check=True, capture_output=True,
-            )  # fmt: skip
-            seconds = time.perf_counter() - start
-            paths[path] = pd.read_parquet(f"{folder}/{path}/results.parquet")
-            print(f"1,000 configurations, {path} path: {seconds:.1f} s, {1000 / seconds:,.0f} configurations/s")
-        print("1,000-configuration tables identical (batch, event):", paths["batch"].equals(paths["event"]))
+        for sweep in ("systolic-shape-sweep", "gpu-shape-sweep"):
+            paths = {}
+            for path in ("event", "batch"):
+                start = time.perf_counter()
+                subprocess.run(
+                    [sys.executable, "-m", "archsim.cli", "sweep", str(sweeps / f"{sweep}.yaml"),
+                     "--out", f"{folder}/{sweep}-{path}", "--path", path, "--no-progress"],
+                    check=True, capture_output=True,
+                )  # fmt: skip
+                seconds = time.perf_counter() - start
+                paths[path] = pd.read_parquet(f"{folder}/{sweep}-{path}/results.parquet")
+                rate = 1000 / seconds
+                print(f"{sweep}, 1,000 configurations, {path} path: {seconds:.1f} s, {rate:,.0f} configurations/s")
+            print(f"{sweep} tables identical (batch, event):", paths["batch"].equals(paths["event"]))
 
 
 OPTIMIZE = ["--objective", "throughput_per_mm2", "--sampler", "tpe", "--trials", "1000", "--batch", "100"]

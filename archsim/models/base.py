@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from archsim.errors import UsageError
 from archsim.spec.chip import ChipSpec
@@ -260,6 +261,27 @@ def finish(
         fill_s=fill_s,
         onchip_bytes=onchip_bytes,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Arith:
+    """Element-wise minimum and maximum of two operands, and the integer square root of one.
+
+    A formula shared by a family's one-chip model and its batch model (:mod:`archsim.models.batch`) is
+    written once, with ``+ - * / //``, :func:`ceil_div` (operators only) and these functions: the
+    one-chip model passes :data:`SCALAR` (Python's ``min``, ``max`` and :func:`math.isqrt`), the batch
+    model :data:`archsim.models.batch.ARRAYS` (numpy's element-wise twins, on arrays with one entry per
+    configuration; kept there so that the one-chip path never imports numpy). The same operations in
+    the same order give each entry the same float.
+    """
+
+    minimum: Callable[[Any, Any], Any]
+    maximum: Callable[[Any, Any], Any]
+    isqrt: Callable[[Any], Any]
+
+
+SCALAR = Arith(min, max, math.isqrt)
+"""Python numbers: the builtins."""
 
 
 def ceil_div(a: int, b: int) -> int:

@@ -23,11 +23,12 @@ engine can overlap them with independent matrix ops.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import model_validator
 
-from archsim.models.base import OpCost, Unit, ceil_div, chip_rates, finish, gemm_of
-from archsim.models.memory import matrix_dram_bytes
+from archsim.models.base import SCALAR, Arith, OpCost, Unit, ceil_div, chip_rates, finish, gemm_of
+from archsim.models.memory import tiled_dram_bytes
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Bytes, Count, Precision, parse_shape
 from archsim.spec.registry import FamilyDefinition, FamilyEfficiency, FamilySection, Mechanism, register_family
@@ -123,6 +124,15 @@ class CubeModel:
         self.frac_m, self.frac_n, _ = parse_shape(self.cube.cube_shape, 3)
         # the cube does frac_m x frac_n outputs per clock; its depth in K follows from its MAC rate
         self.frac_k = max(1, self.cube.cube_mac_per_clock[precision] // (self.frac_m * self.frac_n))
+        e = precision.element_bytes
+        self._fitting = [  # whole fractals that fit the buffers, largest first
+            (tile_m, tile_n)
+            for tile_m in TILE_SIDES[::-1]
+            for tile_n in TILE_SIDES[::-1]
+            if not (tile_m % self.frac_m or tile_n % self.frac_n)
+            and tile_fits(self.cube, tile_m, tile_n, self.frac_k, e)
+        ]
+        self._tile_memo: dict[object, CubeTile] = {}
 
     def cost(self, op: Op) -> OpCost:
         """Price one op on the cube (matrix) or the vector unit."""
@@ -135,32 +145,67 @@ class CubeModel:
         return finish(self.rates, op, compute_s, op.bytes / dram_bw, eff.op_overhead, op.bytes, Unit.VECTOR)
 
     def best_tile(self, op: Op, dram_bytes_per_s: float) -> CubeTile:
-        """The core tile that fits the buffers and finishes first (ties: less cube time, then larger)."""
+        """The core tile that fits the buffers and finishes first (ties: less cube time, then larger).
+
+        The choice depends on the product's shape and its tensors' sizes only, so it is kept for the
+        model's later ops of the same shape (networks repeat layer shapes many times).
+        """
+        key = (op.gemm, tuple(t.bytes for t in op.reads), op.bytes_written, dram_bytes_per_s)
+        found = self._tile_memo.get(key)
+        if found is None:
+            found = self._tile_memo[key] = self._best_tile(op, dram_bytes_per_s)
+        return found
+
+    def _best_tile(self, op: Op, dram_bytes_per_s: float) -> CubeTile:
         best: CubeTile | None = None
-        e = self.precision.element_bytes
-        for tile_m in TILE_SIDES[::-1]:
-            for tile_n in TILE_SIDES[::-1]:
-                if tile_m % self.frac_m or tile_n % self.frac_n:
-                    continue
-                if not tile_fits(self.cube, tile_m, tile_n, self.frac_k, e):
-                    continue
-                tile = self._tile(op, tile_m, tile_n, dram_bytes_per_s)
-                if best is None or (tile.time_s, tile.compute_s) < (best.time_s, best.compute_s):
-                    best = tile
+        for tile_m, tile_n in self._fitting:
+            tile = self._tile(op, tile_m, tile_n, dram_bytes_per_s)
+            if best is None or (tile.time_s, tile.compute_s) < (best.time_s, best.compute_s):
+                best = tile
         if best is None:
             raise ValueError(f"{self.chip.name}: no core tile fits L0A/L0B/L0C/L1 at {self.precision.value}")
         return best
 
     def _tile(self, op: Op, tile_m: int, tile_n: int, dram_bytes_per_s: float) -> CubeTile:
-        g = gemm_of(op)
-        eff = self.eff
-        m_tiles, n_tiles = ceil_div(g.m, tile_m), ceil_div(g.n, tile_n)
-        tiles = g.batch * m_tiles * n_tiles
-        fractal_ops = (tile_m // self.frac_m) * (tile_n // self.frac_n) * ceil_div(g.k, self.frac_k)
-        cycles = ceil_div(tiles, self.cube.ai_cores) * fractal_ops
-        dram = matrix_dram_bytes(op, m_tiles, n_tiles, self.cube.ai_cores, self.precision.element_bytes)
-        compute_s = cycles / eff.compute / self.chip.clock
-        return CubeTile(tile_m, tile_n, tiles, cycles, dram, compute_s, dram / dram_bytes_per_s)
+        tiles, cycles, dram, compute_s, memory_s = tile_cost(
+            SCALAR,
+            op,
+            (tile_m, tile_n),
+            (self.frac_m, self.frac_n, self.frac_k),
+            (self.cube.ai_cores, self.chip.clock),
+            self.eff.compute,
+            self.precision.element_bytes,
+            dram_bytes_per_s,
+        )
+        return CubeTile(tile_m, tile_n, tiles, cycles, dram, compute_s, memory_s)
+
+
+def tile_cost(
+    arith: Arith,
+    op: Op,
+    tile: tuple[int, int],
+    fractal: tuple[int, int, Any],
+    chip: tuple[Any, Any],
+    compute: float,
+    element_bytes: float,
+    dram_bytes_per_s: Any,
+) -> tuple[int, Any, Any, Any, Any]:
+    """A core tile's cost: its tiles, the busiest core's cube cycles, HBM bytes, compute_s and memory_s.
+
+    ``tile`` is ``(tile_m, tile_n)``, ``fractal`` the cube's ``(frac_m, frac_n, frac_k)`` and ``chip``
+    ``(ai_cores, clock_hz)``: numbers of one chip (``arith`` :data:`~archsim.models.base.SCALAR`) or
+    arrays of many (:mod:`archsim.models.cube_batch`), one formula for both; ``compute`` is the
+    family's compute efficiency.
+    """
+    (tile_m, tile_n), (frac_m, frac_n, frac_k), (ai_cores, clock_hz) = tile, fractal, chip
+    g = gemm_of(op)
+    m_tiles, n_tiles = ceil_div(g.m, tile_m), ceil_div(g.n, tile_n)
+    tiles = g.batch * m_tiles * n_tiles
+    fractal_ops = (tile_m // frac_m) * (tile_n // frac_n) * ceil_div(g.k, frac_k)
+    cycles = ceil_div(tiles, ai_cores) * fractal_ops
+    dram = tiled_dram_bytes(arith, op, m_tiles, n_tiles, ai_cores, element_bytes)
+    compute_s = cycles / compute / clock_hz
+    return tiles, cycles, dram, compute_s, dram / dram_bytes_per_s
 
 
 def build(chip: ChipSpec, efficiency: FamilyEfficiency, precision: Precision, footprint_bytes: int) -> CubeModel:
@@ -169,5 +214,13 @@ def build(chip: ChipSpec, efficiency: FamilyEfficiency, precision: Precision, fo
 
 
 register_family(
-    FamilyDefinition("cube", CubeSection, FamilyEfficiency, Mechanism.TASK_DISPATCH, build, "Huawei Ascend Da Vinci")
+    FamilyDefinition(
+        "cube",
+        CubeSection,
+        FamilyEfficiency,
+        Mechanism.TASK_DISPATCH,
+        build,
+        "Huawei Ascend Da Vinci",
+        batch="archsim.models.cube_batch",
+    )
 )

@@ -35,8 +35,9 @@ result carries the extrapolation flag.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
-from archsim.models.base import OpCost, Unit, bound_of, chip_rates
+from archsim.models.base import SCALAR, Arith, OpCost, Unit, bound_of, chip_rates
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Bandwidth, Bytes, Count, Precision
 from archsim.spec.registry import FamilyDefinition, FamilyEfficiency, FamilySection, Mechanism, register_family
@@ -113,36 +114,67 @@ class DataflowModel:
 
     def streamed_bytes(self, op: Op) -> int:
         """Bytes ``op`` moves to or from main memory: none when resident, else its weight-side tensors."""
-        if self.resident:
-            return 0
-        if op.phase is Phase.UPDATE:
-            return op.bytes  # the optimizer update works on streamed tensors only
-        return sum(t.bytes for t in (*op.reads, *op.writes) if t.role in STREAMED_ROLES)
+        return 0 if self.resident else weight_bytes(op)
 
     def cost(self, op: Op) -> OpCost:
         """Compute at the family's efficiency against streamed, fabric and on-chip traffic, plus the op cost."""
         eff = self.eff
-        if op.kind.is_matrix:
-            compute_s, unit = op.flops / (self.rates.matrix_flops_per_s * eff.compute), Unit.MATRIX
-        else:
-            compute_s, unit = op.flops / (self.rates.vector_flops_per_s * eff.vector), Unit.VECTOR
         streamed = self.streamed_bytes(op)
-        memory_s = streamed / (self.chip.memory.main.bandwidth * eff.memory_bandwidth)
-        fabric_s = op.bytes_written / (self.fabric.fabric_bandwidth * eff.exchange)
-        overhead_s = eff.op_overhead
         roofline_s = self.rates.roofline_s(op)
-        busy_s = max(compute_s, memory_s, fabric_s, roofline_s)
+        compute_s, unit, memory_s, fabric_s, busy_s = terms(
+            SCALAR,
+            op,
+            eff,
+            (self.rates.matrix_flops_per_s, self.rates.vector_flops_per_s),
+            (self.chip.memory.main.bandwidth, self.fabric.fabric_bandwidth),
+            streamed,
+            roofline_s,
+        )
         return OpCost(
-            time_s=busy_s + overhead_s,
+            time_s=busy_s + eff.op_overhead,
             compute_s=compute_s,
             memory_s=memory_s,
-            overhead_s=overhead_s,
+            overhead_s=eff.op_overhead,
             dram_bytes=streamed,
             roofline_s=roofline_s,
-            bound=bound_of(compute_s, memory_s, overhead_s, fabric_s),
+            bound=bound_of(compute_s, memory_s, eff.op_overhead, fabric_s),
             unit=unit,
             communication_s=fabric_s,
         )
+
+
+def weight_bytes(op: Op) -> int:
+    """Bytes ``op`` moves to or from main memory when the weights stream: its weight-side tensors."""
+    if op.phase is Phase.UPDATE:
+        return op.bytes  # the optimizer update works on streamed tensors only
+    return sum(t.bytes for t in (*op.reads, *op.writes) if t.role in STREAMED_ROLES)
+
+
+def terms(
+    arith: Arith,
+    op: Op,
+    efficiency: DataflowEfficiency,
+    peaks: tuple[Any, Any],
+    bandwidths: tuple[Any, Any],
+    streamed: Any,
+    roofline_s: Any,
+) -> tuple[Any, Unit, Any, Any, Any]:
+    """An op's compute, unit, streamed-memory and fabric seconds, and the longest of them and its roofline.
+
+    ``peaks`` are the matrix and vector FLOP/s, ``bandwidths`` the main-memory and fabric bytes per
+    second: numbers of one chip (``arith`` :data:`~archsim.models.base.SCALAR`) or arrays of many
+    (:mod:`archsim.models.dataflow_batch`), one formula for both.
+    """
+    matrix_flops, vector_flops = peaks
+    main_bytes_per_s, fabric_bytes_per_s = bandwidths
+    if op.kind.is_matrix:
+        compute_s, unit = op.flops / (matrix_flops * efficiency.compute), Unit.MATRIX
+    else:
+        compute_s, unit = op.flops / (vector_flops * efficiency.vector), Unit.VECTOR
+    memory_s = streamed / (main_bytes_per_s * efficiency.memory_bandwidth)
+    fabric_s = op.bytes_written / (fabric_bytes_per_s * efficiency.exchange)
+    busy_s = arith.maximum(arith.maximum(arith.maximum(compute_s, memory_s), fabric_s), roofline_s)
+    return compute_s, unit, memory_s, fabric_s, busy_s
 
 
 register_family(
@@ -153,5 +185,6 @@ register_family(
         Mechanism.PROGRAM_LAUNCH,
         DataflowModel,
         "spatial dataflow chips (wafer-scale and reconfigurable)",
+        batch="archsim.models.dataflow_batch",
     )
 )

@@ -271,4 +271,14 @@ class IpuModel:
         )
 
 
-register_family(FamilyDefinition("ipu", IpuSection, IpuEfficiency, Mechanism.SUPERSTEP, IpuModel, "Graphcore IPUs"))
+register_family(
+    FamilyDefinition(
+        "ipu",
+        IpuSection,
+        IpuEfficiency,
+        Mechanism.SUPERSTEP,
+        IpuModel,
+        "Graphcore IPUs",
+        batch="archsim.models.ipu_batch",
+    )
+)

@@ -10,24 +10,37 @@ of waves. Every tensor moves at least once: the compulsory traffic of the roofli
 
 from __future__ import annotations
 
-import math
+from typing import Any, cast
 
-from archsim.models.base import ceil_div, operand_bytes
+from archsim.models.base import SCALAR, Arith, ceil_div, operand_bytes
 from archsim.workloads.trace import Op
 
 
 def wave_shape(m_tiles: int, n_tiles: int, concurrent: int) -> tuple[int, int]:
     """The ``(wave_m, wave_n)`` block of tiles that run together, as square as the grid allows."""
-    wave_m = max(1, min(m_tiles, math.isqrt(concurrent)))
-    wave_n = max(1, min(n_tiles, concurrent // wave_m))
-    wave_m = max(1, min(m_tiles, concurrent // wave_n))
+    return cast(tuple[int, int], waves(SCALAR, m_tiles, n_tiles, concurrent))
+
+
+def waves(arith: Arith, m_tiles: int, n_tiles: int, concurrent: Any) -> tuple[Any, Any]:
+    """:func:`wave_shape` of each configuration's ``concurrent`` tiles (:class:`~archsim.models.base.Arith`)."""
+    wave_m = arith.maximum(1, arith.minimum(m_tiles, arith.isqrt(concurrent)))
+    wave_n = arith.maximum(1, arith.minimum(n_tiles, concurrent // wave_m))
+    wave_m = arith.maximum(1, arith.minimum(m_tiles, concurrent // wave_n))
     return wave_m, wave_n
 
 
 def matrix_dram_bytes(op: Op, m_tiles: int, n_tiles: int, concurrent: int, element_bytes: float) -> int:
     """Main-memory bytes of a tiled matrix op (reads are ``A``, ``B``, then any extras)."""
+    return cast(int, tiled_dram_bytes(SCALAR, op, m_tiles, n_tiles, concurrent, element_bytes))
+
+
+def tiled_dram_bytes(arith: Arith, op: Op, m_tiles: int, n_tiles: int, concurrent: Any, element_bytes: float) -> Any:
+    """:func:`matrix_dram_bytes` of each configuration's ``concurrent`` tiles (:class:`~archsim.models.base.Arith`).
+
+    An op without two operands moves its tensors' bytes, the same on every configuration (an int).
+    """
     if op.gemm is None or len(op.reads) < 2:
         return op.bytes
-    wave_m, wave_n = wave_shape(m_tiles, n_tiles, concurrent)
+    wave_m, wave_n = waves(arith, m_tiles, n_tiles, concurrent)
     a, b, extras = operand_bytes(op, element_bytes)
     return a * ceil_div(n_tiles, wave_n) + b * ceil_div(m_tiles, wave_m) + extras + op.bytes_written

@@ -185,6 +185,12 @@ def build(chip: ChipSpec, efficiency: FamilyEfficiency, precision: Precision, fo
 
 register_family(
     FamilyDefinition(
-        "systolic", SystolicSection, FamilyEfficiency, Mechanism.PROGRAM_LAUNCH, build, "TPU-style systolic arrays"
+        "systolic",
+        SystolicSection,
+        FamilyEfficiency,
+        Mechanism.PROGRAM_LAUNCH,
+        build,
+        "TPU-style systolic arrays",
+        batch="archsim.models.systolic_batch",
     )
 )

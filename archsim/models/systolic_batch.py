@@ -13,19 +13,26 @@ three, a missing class counting zero folds (adding ``0.0`` changes no sum).
 Python divides integers exactly where numpy first converts them to float64, so the two agree only
 while every integer stays below 2**53: :func:`exact_integers` says whether they do, and callers
 price the configurations that fail it one at a time.
+
+:class:`SystolicBatch` is the family's batch model (:mod:`archsim.models.batch`): matrix ops through
+:func:`matrix_costs`, element-wise ops on the vector unit, as :meth:`~archsim.models.systolic.SystolicModel.cost`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from archsim.models.base import operand_bytes
-from archsim.models.systolic import matrix_layer
+from archsim.models.base import Unit, operand_bytes
+from archsim.models.batch import BatchCost, batch_rates, finish, floats
+from archsim.models.systolic import SystolicSection, matrix_layer
 from archsim.models.systolic_map import MatrixLayer, fold_grid, split_stream
-from archsim.spec.chip import Dataflow
+from archsim.spec.chip import ChipSpec, Dataflow
+from archsim.spec.common import Precision
+from archsim.spec.registry import FamilyEfficiency
 from archsim.workloads.trace import Op
 
 Ints = npt.NDArray[np.int64]
@@ -233,3 +240,64 @@ def matrix_costs(
 def exact_integers(costs: MatrixCosts) -> bool:
     """True when every integer of the pricing converts to float64 exactly (see the module docstring)."""
     return costs.largest_integer < EXACT
+
+
+def group_key(chip: ChipSpec) -> Dataflow:
+    """Configurations of one dataflow are priced together (:class:`ArrayBatch` holds one)."""
+    return chip.section_of(SystolicSection).dataflow
+
+
+class SystolicBatch:
+    """:class:`~archsim.models.systolic.SystolicModel` of many arrays of one dataflow at one precision."""
+
+    separate_units = True
+
+    def __init__(self, chips: Sequence[ChipSpec], efficiency: FamilyEfficiency, precision: Precision) -> None:
+        self.eff, self.precision = efficiency, precision
+        words = precision.elements_in
+        sections = [c.section_of(SystolicSection) for c in chips]
+
+        def ints(values: list[int]) -> npt.NDArray[np.int64]:
+            return np.array(values, dtype=np.int64)
+
+        self.batch = ArrayBatch(
+            dataflow=sections[0].dataflow,
+            rows=ints([s.array_rows for s in sections]),
+            cols=ints([s.array_cols for s in sections]),
+            ifmap_sram_words=ints([words(s.ifmap_sram) for s in sections]),
+            filter_sram_words=ints([words(s.filter_sram) for s in sections]),
+            ofmap_sram_words=ints([words(s.ofmap_sram) for s in sections]),
+            arrays=ints([s.cores * s.arrays_per_core for s in sections]),
+            macs_per_pe=ints([s.mac_per_pe_per_clock[precision] for s in sections]),
+            clock_hz=floats([c.clock for c in chips]),
+        )
+        pairs = zip(sections, chips, strict=True)
+        vector = floats([s.vector_ops_per_clock.get(precision, 0) * s.cores * c.clock for s, c in pairs])
+        self.rates = batch_rates(chips, precision, vector)
+        self.memo: dict[object, MatrixCosts] = {}
+
+    def cost(self, op: Op) -> BatchCost | None:
+        """Price one op on the arrays (matrix) or the vector unit; None past :data:`EXACT`."""
+        eff, rates = self.eff, self.rates
+        dram_bw = rates.dram_bytes_per_s * eff.memory_bandwidth
+        if op.gemm is not None:
+            # what matrix_costs reads of the op: networks repeat the same layer shapes many times
+            key = (op.gemm, tuple(t.bytes for t in op.reads), op.conv, op.phase)
+            if key not in self.memo:
+                self.memo[key] = matrix_costs(op, self.batch, self.precision.element_bytes, eff.compute, dram_bw)
+            costs = self.memo[key]
+            if not exact_integers(costs):
+                return None
+            return finish(
+                rates, op, costs.compute_s, costs.memory_s, eff.op_overhead, costs.dram_bytes, Unit.MATRIX, costs.fill_s
+            )
+        compute_s = op.flops / (rates.vector_flops_per_s * eff.vector)
+        dram = np.full(dram_bw.shape, op.bytes, dtype=np.int64)
+        return finish(rates, op, compute_s, op.bytes / dram_bw, eff.op_overhead, dram, Unit.VECTOR)
+
+
+def build_batch(
+    chips: Sequence[ChipSpec], efficiency: FamilyEfficiency, precision: Precision, footprint_bytes: int
+) -> SystolicBatch:
+    """The family's batch-model factory (the footprint lives in main memory, so it is not needed)."""
+    return SystolicBatch(chips, efficiency, precision)

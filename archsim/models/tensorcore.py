@@ -32,12 +32,13 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import Field, model_validator
 
 from archsim.errors import SpecError
-from archsim.models.base import ChipRates, OpCost, Unit, ceil_div, chip_rates, finish, gemm_of
-from archsim.models.memory import matrix_dram_bytes
+from archsim.models.base import SCALAR, Arith, ChipRates, OpCost, Unit, ceil_div, chip_rates, finish, gemm_of
+from archsim.models.memory import tiled_dram_bytes
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Bytes, Count, Precision, parse_shape
 from archsim.spec.registry import FamilyDefinition, FamilyEfficiency, FamilySection, Mechanism, register_family
@@ -198,16 +199,65 @@ def statistics_reread_bytes(op: Op, onchip_bytes: int) -> int:
     backward pass reads its activation inputs (``dy``, ``x`` and, fused, the ReLU output) once for the
     scale and shift gradients and once for ``dx``. Whatever fits ``onchip_bytes`` stays on chip.
     """
+    return max(0, statistics_bytes(op) - onchip_bytes)
+
+
+def statistics_bytes(op: Op) -> int:
+    """Bytes a batch-statistics batch-norm reads for its reduction (0 for any other op, or running statistics)."""
     if op.kind is not OpKind.BATCHNORM:
         return 0
     activations = [t.bytes for t in op.reads if t.role is Role.ACTIVATION]
     if op.phase in (Phase.BACKWARD_DATA, Phase.BACKWARD_WEIGHT):
-        reduced = sum(activations)
-    elif op.phase is Phase.FORWARD and any(t.role is Role.STATE for t in op.writes):
-        reduced = activations[0] if activations else 0
-    else:  # inference (running statistics), or recomputed with the statistics saved from forward
-        return 0
-    return max(0, reduced - onchip_bytes)
+        return sum(activations)
+    if op.phase is Phase.FORWARD and any(t.role is Role.STATE for t in op.writes):
+        return activations[0] if activations else 0
+    return 0  # inference (running statistics), or recomputed with the statistics saved from forward
+
+
+def compute_fraction(efficiency: TensorCoreEfficiency, op: Op) -> float:
+    """The reachable fraction of the matrix peak: ``data_gradient`` for dgrad convolutions."""
+    if op.conv is not None and op.phase is Phase.BACKWARD_DATA:
+        return efficiency.data_gradient
+    return efficiency.compute
+
+
+def may_split_k(op: Op) -> bool:
+    """Matrix products and weight-gradient convolutions may split K; other convolutions do not."""
+    return op.conv is None or op.phase is Phase.BACKWARD_WEIGHT
+
+
+def cuda_core_flops_per_s(tc: TensorCoreSection, clock_hz: float, precision: Precision) -> float:
+    """Element-wise FLOP/s of the CUDA cores of every SM at ``precision``."""
+    fp32_fma = tc.cuda_core_fma_per_clock.get(Precision.FP32, 0)
+    # packed half2 arithmetic doubles the CUDA-core rate for 16-bit element-wise work; CUDA cores
+    # have no 8-bit (or 4-bit) arithmetic, so fp8, int8 and int4 element-wise work runs at the fp32 rate
+    vector_scale = 2 if precision.bits == 16 else 1
+    return 2.0 * fp32_fma * vector_scale * tc.sm_count * clock_hz
+
+
+def persistent_bytes(tc: TensorCoreSection) -> int:
+    """What a persistent kernel keeps on chip: every SM's register file and shared memory, and the L2."""
+    return tc.sm_count * (tc.register_file_per_sm + tc.shared_memory_per_sm) + tc.l2_cache
+
+
+def sm_macs_per_clock(tc: TensorCoreSection, precision: Precision) -> int:
+    """MACs per clock of one SM's matrix path at ``precision``: its tensor cores, else its CUDA cores."""
+    per_tc = tc.tensor_fma_per_clock.get(precision)
+    if per_tc is not None and tc.tensor_cores_per_sm is not None:
+        return per_tc * tc.tensor_cores_per_sm
+    return tc.cuda_core_fma_per_clock[precision]
+
+
+def blocks_per_sm(tc: TensorCoreSection, precision: Precision, tile_m: int, tile_n: int, threads: int) -> int:
+    """Thread blocks of a tile shape one SM holds at once (shared memory, registers, threads, blocks)."""
+    smem = precision.nbytes((tile_m + tile_n) * TILE_K) * PIPELINE_STAGES
+    registers = tile_m * tile_n * ACCUMULATOR_BYTES * REGISTER_OVERHEAD
+    return min(
+        tc.max_blocks_per_sm,
+        tc.shared_memory_per_sm // smem,
+        int(tc.register_file_per_sm // registers),
+        tc.max_threads_per_sm // threads,
+    )
 
 
 class TensorCoreModel:
@@ -220,16 +270,10 @@ class TensorCoreModel:
         self.precision = precision
         self.tc: TensorCoreSection = chip.section_of(TensorCoreSection)
         self.eff = efficiency
-        fp32_fma = self.tc.cuda_core_fma_per_clock.get(Precision.FP32, 0)
-        # packed half2 arithmetic doubles the CUDA-core rate for 16-bit element-wise work; CUDA cores
-        # have no 8-bit (or 4-bit) arithmetic, so fp8, int8 and int4 element-wise work runs at the fp32 rate
-        vector_scale = 2 if precision.bits == 16 else 1
-        vector_flops = 2.0 * fp32_fma * vector_scale * self.tc.sm_count * chip.clock
+        vector_flops = cuda_core_flops_per_s(self.tc, chip.clock, precision)
         self.rates: ChipRates = chip_rates(chip, efficiency, precision, vector_flops)
         self._tile_memo = shared_tile_memo(chip, precision, efficiency)
-        self.onchip_bytes = self.tc.sm_count * (self.tc.register_file_per_sm + self.tc.shared_memory_per_sm) + (
-            self.tc.l2_cache
-        )
+        self.onchip_bytes = persistent_bytes(self.tc)
         if not any(self._blocks_per_sm(m, n, threads) >= 1 for m, n, threads in TILE_SHAPES):
             m, n, threads = TILE_SHAPES[-1]
             raise SpecError(
@@ -239,11 +283,7 @@ class TensorCoreModel:
                 f"{threads} threads, {precision.nbytes((m + n) * TILE_K) * PIPELINE_STAGES} B of shared memory "
                 f"and {m * n * ACCUMULATOR_BYTES * REGISTER_OVERHEAD:.0f} B of registers",
             )
-        per_tc = self.tc.tensor_fma_per_clock.get(precision)
-        if per_tc is not None and self.tc.tensor_cores_per_sm is not None:
-            self.sm_macs_per_clock = per_tc * self.tc.tensor_cores_per_sm
-        else:
-            self.sm_macs_per_clock = self.tc.cuda_core_fma_per_clock[precision]
+        self.sm_macs_per_clock = sm_macs_per_clock(self.tc, precision)
 
     def cost(self, op: Op) -> OpCost:
         """Price one op (matrix ops as tiled kernels, the rest as streaming kernels)."""
@@ -288,68 +328,80 @@ class TensorCoreModel:
         k = gemm_of(op).k
         for tile_m, tile_n, threads in TILE_SHAPES:
             for split in SPLIT_K:
-                if split > 1 and (not self._may_split(op) or k < split * MIN_K_PER_SPLIT):
+                if split > 1 and (not may_split_k(op) or k < split * MIN_K_PER_SPLIT):
                     break
                 choice = self._tile(op, tile_m, tile_n, threads, split, dram_bytes_per_s)
                 if choice is not None:
                     yield choice
 
-    def _compute_fraction(self, op: Op) -> float:
-        """The reachable fraction of the matrix peak: ``data_gradient`` for dgrad convolutions."""
-        eff = self.eff
-        return eff.data_gradient if op.conv is not None and op.phase is Phase.BACKWARD_DATA else eff.compute
-
-    @staticmethod
-    def _may_split(op: Op) -> bool:
-        """Matrix products and weight-gradient convolutions may split K; other convolutions do not."""
-        return op.conv is None or op.phase is Phase.BACKWARD_WEIGHT
-
     def _blocks_per_sm(self, tile_m: int, tile_n: int, threads: int) -> int:
-        """Thread blocks of a tile shape one SM holds at once (shared memory, registers, threads, blocks)."""
-        tc = self.tc
-        smem = self.precision.nbytes((tile_m + tile_n) * TILE_K) * PIPELINE_STAGES
-        registers = tile_m * tile_n * ACCUMULATOR_BYTES * REGISTER_OVERHEAD
-        return min(
-            tc.max_blocks_per_sm,
-            tc.shared_memory_per_sm // smem,
-            int(tc.register_file_per_sm // registers),
-            tc.max_threads_per_sm // threads,
-        )
+        """Thread blocks of a tile shape one SM holds at once (:func:`blocks_per_sm`)."""
+        return blocks_per_sm(self.tc, self.precision, tile_m, tile_n, threads)
 
     def _tile(
         self, op: Op, tile_m: int, tile_n: int, threads: int, split: int, dram_bytes_per_s: float
     ) -> TileChoice | None:
-        tc = self.tc
-        gemm = gemm_of(op)
-        blocks_per_sm = self._blocks_per_sm(tile_m, tile_n, threads)
-        if blocks_per_sm < 1:
+        blocks = self._blocks_per_sm(tile_m, tile_n, threads)
+        if blocks < 1:
             return None
-        m_tiles, n_tiles = ceil_div(gemm.m, tile_m), ceil_div(gemm.n, tile_n)
-        tiles = gemm.batch * m_tiles * n_tiles * split
-        k_steps = ceil_div(ceil_div(gemm.k, split), TILE_K)
-        tiles_on_busiest_sm = ceil_div(tiles, tc.sm_count)
-        macs_on_busiest_sm = tiles_on_busiest_sm * tile_m * tile_n * k_steps * TILE_K
-        resident_warps = min(tiles_on_busiest_sm, blocks_per_sm) * threads // 32
-        occupancy = min(1.0, resident_warps / WARPS_FOR_FULL_RATE)
-        waves = ceil_div(tiles_on_busiest_sm, blocks_per_sm)
-        eff = self.eff
-        rate = self.sm_macs_per_clock * self._compute_fraction(op) * occupancy * self.chip.clock
-        dram = matrix_dram_bytes(op, m_tiles, n_tiles, tc.sm_count * blocks_per_sm, self.precision.element_bytes)
-        if split > 1:
-            # partial sums go out in fp32 and are read back by the reduction
-            dram += 2 * split * gemm.batch * gemm.m * gemm.n * ACCUMULATOR_BYTES
-        return TileChoice(
-            tile_m,
-            tile_n,
-            blocks_per_sm,
-            tiles,
-            macs_on_busiest_sm / rate + waves * eff.wave_overhead,
-            dram,
-            dram / dram_bytes_per_s,
-            # each output tile column re-reads all of A, each tile row all of B (edge tiles load only
-            # their real rows and columns; split-K divides K, not the panels)
-            self.precision.nbytes(gemm.batch * (n_tiles * gemm.m + m_tiles * gemm.n) * gemm.k),
+        tiles, _, compute_s, dram, memory_s = tile_cost(
+            SCALAR,
+            op,
+            (tile_m, tile_n, threads, split),
+            (self.tc.sm_count, blocks, self.sm_macs_per_clock, self.chip.clock),
+            self.eff,
+            self.precision.element_bytes,
+            dram_bytes_per_s,
         )
+        staged = staged_bytes(op, tile_m, tile_n, self.precision)
+        return TileChoice(tile_m, tile_n, blocks, tiles, compute_s, dram, memory_s, staged)
+
+
+def staged_bytes(op: Op, tile_m: int, tile_n: int, precision: Precision) -> int:
+    """A and B panel bytes a kernel's tiles of ``tile_m x tile_n`` stage from the L2 into shared memory.
+
+    Each output tile column re-reads all of A, each tile row all of B (edge tiles load only their real
+    rows and columns; split-K divides K, not the panels). The same on every GPU: it depends on the op
+    and the tile shape only.
+    """
+    gemm = gemm_of(op)
+    m_tiles, n_tiles = ceil_div(gemm.m, tile_m), ceil_div(gemm.n, tile_n)
+    return precision.nbytes(gemm.batch * (n_tiles * gemm.m + m_tiles * gemm.n) * gemm.k)
+
+
+def tile_cost(
+    arith: Arith,
+    op: Op,
+    candidate: tuple[int, int, int, int],
+    gpu: tuple[Any, Any, Any, Any],
+    efficiency: TensorCoreEfficiency,
+    element_bytes: float,
+    dram_bytes_per_s: Any,
+) -> tuple[int, Any, Any, Any, Any]:
+    """One candidate kernel of a matrix op: its tiles, the busiest SM's MACs, compute_s, DRAM bytes, memory_s.
+
+    ``candidate`` is ``(tile_m, tile_n, threads, split)``; ``gpu`` is ``(sm_count, blocks_per_sm,
+    sm_macs_per_clock, clock_hz)``, numbers of one GPU (``arith`` :data:`~archsim.models.base.SCALAR`)
+    or arrays of many (:mod:`archsim.models.tensorcore_batch`): one formula for both.
+    """
+    tile_m, tile_n, threads, split = candidate
+    sm_count, blocks_per_sm, sm_macs, clock_hz = gpu
+    gemm = gemm_of(op)
+    m_tiles, n_tiles = ceil_div(gemm.m, tile_m), ceil_div(gemm.n, tile_n)
+    tiles = gemm.batch * m_tiles * n_tiles * split
+    k_steps = ceil_div(ceil_div(gemm.k, split), TILE_K)
+    tiles_on_busiest_sm = ceil_div(tiles, sm_count)
+    macs_on_busiest_sm = tiles_on_busiest_sm * tile_m * tile_n * k_steps * TILE_K
+    resident_warps = arith.minimum(tiles_on_busiest_sm, blocks_per_sm) * threads // 32
+    occupancy = arith.minimum(1.0, resident_warps / WARPS_FOR_FULL_RATE)
+    waves = ceil_div(tiles_on_busiest_sm, blocks_per_sm)
+    rate = sm_macs * compute_fraction(efficiency, op) * occupancy * clock_hz
+    dram = tiled_dram_bytes(arith, op, m_tiles, n_tiles, sm_count * blocks_per_sm, element_bytes)
+    if split > 1:
+        # partial sums go out in fp32 and are read back by the reduction
+        dram = dram + 2 * split * gemm.batch * gemm.m * gemm.n * ACCUMULATOR_BYTES
+    compute_s = macs_on_busiest_sm / rate + waves * efficiency.wave_overhead
+    return tiles, macs_on_busiest_sm, compute_s, dram, dram / dram_bytes_per_s
 
 
 def build(
@@ -367,5 +419,6 @@ register_family(
         Mechanism.KERNEL_LAUNCH,
         build,
         "tensor-core GPUs (NVIDIA, AMD CDNA)",
+        batch="archsim.models.tensorcore_batch",
     )
 )

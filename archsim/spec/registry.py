@@ -13,6 +13,7 @@ A definition names everything archsim needs to know about a kind of chip, in one
   software stack, declared in code, so that a plug-in family is its module and a chip file: the
   library serves them as the family file and the stack a library folder would otherwise need
   (:func:`declared_descriptions`; a file of the same name on the search path wins).
+* ``batch``: optionally, the module of its batch model (many configurations priced at once, for sweeps).
 
 A family module defines these and calls :func:`register_family` when imported. The built-in families
 are such modules (:data:`BUILTIN_MODULES`); the registry imports them, then the modules named by the
@@ -171,6 +172,9 @@ class FamilyDefinition:
     description: str = ""
     defaults: FamilyDefaults | None = None
     """Its efficiency values and default software, declared in code (None: a family file gives them)."""
+    batch: str | None = None
+    """Module of the family's batch model (:mod:`archsim.models.batch`), imported when a sweep prices many
+    variants of a chip at once; None: its sweeps take the event path, one run per configuration."""
 
 
 @dataclass(frozen=True, slots=True)

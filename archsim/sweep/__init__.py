@@ -6,7 +6,7 @@
 * :func:`load_sweep` -- a sweep description by name or path, validated;
 * :func:`count` -- how many configurations and rows a sweep has (``archsim sweep --dry-run``);
 * :func:`run_sweep` -- run it (resuming from ``out`` if rows are stored there) and return the table;
-  rows of single systolic chips are priced together (:mod:`archsim.sweep.batch`), others one at a time;
+  rows of single chips are priced together (:mod:`archsim.sweep.batch`), systems one at a time;
 * :func:`optimize` -- search its axes with Optuna for the best designs (``archsim optimize``,
   :mod:`archsim.sweep.optimize`).
 

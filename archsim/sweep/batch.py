@@ -1,11 +1,12 @@
 """The batch path of a sweep: a chunk's configurations priced together instead of one run at a time.
 
 It applies to a sweep (:func:`batch_reason` is None) whose targets are all single chips of a family
-with a vectorized model (today: systolic arrays, :mod:`archsim.models.systolic_batch`) and no user
-op-cost functions, whose axes are all ``chip.`` fields, and whose runs are one-chip steps (no
-``nodes``, pipeline, time to train or input pipeline settings). Everything else is the event path
-(:func:`archsim.sweep.worker.run_chunk`): multi-chip systems (collectives contend for links in
-SimPy), other families, link/memory/system axes.
+with a batch model (:attr:`archsim.spec.registry.FamilyDefinition.batch`, :mod:`archsim.models.batch`:
+every built-in family has one) and no user op-cost functions, whose axes are all ``chip.`` fields, and
+whose runs are one-chip steps (no ``nodes``, pipeline, time to train or input pipeline settings).
+Everything else is the event path (:func:`archsim.sweep.worker.run_chunk`): multi-chip systems
+(collectives contend for links in SimPy), a plug-in family without a batch model, link/memory/system
+axes.
 
 Within a chunk each row is prepared as :func:`archsim.simulate` prepares a one-chip run: the
 variant is built and validated (:func:`~archsim.sweep.expand.variant`, so a bad combination is
@@ -20,6 +21,7 @@ row.
 from __future__ import annotations
 
 import contextlib
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,13 +32,13 @@ from archsim.limits import check_trace_ops
 from archsim.memory_fit import Need, check_needs, trace_needs
 from archsim.models.energy import chip_energy
 from archsim.models.plugins import has_op_costs
-from archsim.models.systolic import SystolicSection
 from archsim.results.power import TECHNOLOGY, dram_bit_j
 from archsim.run.request import RunRequest
 from archsim.run.runner import default_batch_trace, rebuilder
 from archsim.spec.chip import ChipSpec
 from archsim.spec.efficiency import Efficiency
 from archsim.spec.library import Library
+from archsim.spec.registry import family_definition
 from archsim.spec.software import SoftwareSpec
 from archsim.spec.sweep import SweepSpec
 from archsim.stack import default_software, is_kernel, planned_software, stack_efficiency, stack_options
@@ -48,11 +50,9 @@ from archsim.workloads import build_trace
 from archsim.workloads.options import Recompute
 from archsim.workloads.trace import Trace
 
-BATCH_FAMILIES = ("systolic",)
-"""Families whose cost model has a vectorized twin."""
 MIN_GROUP = 8
-"""Fewest rows priced together: the vectorized model's per-op cost (tens of numpy calls per fold class
-and split) only pays for itself over several configurations; smaller groups run on the event path."""
+"""Fewest rows priced together: a batch model's per-op cost (tens of numpy calls per candidate tile,
+split or fold class) only pays for itself over several configurations; smaller groups run on the event path."""
 ONE_CHIP_SETTINGS = ("nodes", "microbatches", "input_decode")
 """Run settings that, when set, make a run more than one chip's step (or add an input pipeline)."""
 
@@ -81,7 +81,7 @@ def batch_reason(spec: SweepSpec, library: Library) -> str | None:
         if entry.kind != "chip":
             return f"target {target} is a system"
         family = library.chip(target).family
-        if family not in BATCH_FAMILIES:
+        if family_definition(family).batch is None:
             return f"target {target} is a {family} chip (no vectorized model)"
         if has_op_costs(family):
             return f"user op-cost functions are registered for {family}"
@@ -202,6 +202,22 @@ class _Columns:
         return row
 
 
+class _GroupKeys:
+    """The ``group_key`` of a family's batch module (:mod:`archsim.models.batch`), module imported once per family."""
+
+    def __init__(self) -> None:
+        self.modules: dict[str, Any] = {}
+
+    def get(self, chip: ChipSpec) -> object:
+        """What configurations priced together share besides their chip name (a systolic dataflow, say)."""
+        module = self.modules.get(chip.family)
+        if module is None:
+            batch = family_definition(chip.family).batch
+            assert batch is not None  # batch_reason let only such families through
+            module = self.modules[chip.family] = importlib.import_module(batch)
+        return module.group_key(chip)
+
+
 def _warm(library: Library, context: SweepContext, chunk: list[Task]) -> None:
     """Run each target and workload of ``chunk`` once on the unvaried library, for its side effect.
 
@@ -244,7 +260,7 @@ def run_batch_chunk(context: SweepContext, chunk: list[Task]) -> list[dict[str, 
     groups: dict[tuple[Any, ...], list[_Prepared]] = {}
     last: tuple[Configuration, Library, dict[str, Any]] | None = None
     originals: dict[str, ChipSpec | None] = {}
-    efficiencies, columns = _Efficiencies(), _Columns()
+    efficiencies, columns, group_keys = _Efficiencies(), _Columns(), _GroupKeys()
     _warm(library, context, chunk)
     for task in chunk:
         try:
@@ -257,8 +273,8 @@ def run_batch_chunk(context: SweepContext, chunk: list[Task]) -> list[dict[str, 
         except ArchsimError:
             event.append(task)  # refused: the event path gives the row its error, in its words
             continue
-        section = prepared.chip.section_of(SystolicSection)  # batch_reason let only systolic targets through
-        key = (id(prepared.trace), efficiency, prepared.software.name, section.dataflow, prepared.chip.name)
+        kind = group_keys.get(prepared.chip)
+        key = (id(prepared.trace), efficiency, prepared.software.name, kind, prepared.chip.name)
         groups.setdefault(key, []).append(prepared)
     tech_entry = library.find(["energy"], TECHNOLOGY)
     tech = library.spec(tech_entry)

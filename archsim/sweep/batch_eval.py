@@ -1,14 +1,14 @@
 """One run per configuration, many configurations at once: op costs, schedule, energy and results.
 
-The systolic family's op costs, the one-chip schedule, and the energy and results of
-:mod:`archsim.results`, over numpy arrays of configurations.
+A family's op costs (its batch model, :mod:`archsim.models.batch`), the one-chip schedule, and the
+energy and results of :mod:`archsim.results`, over numpy arrays of configurations.
 
 Every configuration of a :class:`Group` runs the same trace with the same software and efficiencies on
 a variant of the same chip; only the chip's numbers differ. The ops are walked once, in trace order,
 and each step is the arithmetic of the one-configuration path applied to an array with one entry per
-configuration, in the same order: :meth:`~archsim.models.systolic.SystolicModel.cost` (matrix ops
-through :mod:`archsim.models.systolic_batch`), :func:`~archsim.models.base.finish`, the framework's
-per-op time, :func:`~archsim.engine.replay.list_schedule`, the sums of
+configuration, in the same order: the family model's ``cost`` (through its batch model, named by
+:attr:`~archsim.spec.registry.FamilyDefinition.batch`), the framework's per-op time,
+:func:`~archsim.engine.replay.list_schedule`, the sums of
 :func:`~archsim.results.records.build_result` and :func:`~archsim.results.power.with_energy`. What is
 the same for every configuration (error bars, memory fields, throttling) is then computed per
 configuration with the scalar functions themselves. :func:`evaluate` returns each configuration's
@@ -19,18 +19,19 @@ of range, an integer too large to price exactly): the caller runs those through 
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from functools import cached_property
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
 
 from archsim.errors import ArchsimError
 from archsim.limits import MAX_OP_SECONDS
-from archsim.models.base import Bound, Unit, compulsory_bytes
+from archsim.models.base import Bound, Unit
+from archsim.models.batch import BatchModel
 from archsim.models.energy import BITS_PER_BYTE, SRAM_ACCESSES_PER_DRAM_BYTE, ChipEnergy, throttle
-from archsim.models.systolic import SystolicSection
-from archsim.models.systolic_batch import ArrayBatch, exact_integers, matrix_costs
 from archsim.results.assembly import (
     decoder_fields,
     generation_fields,
@@ -42,8 +43,8 @@ from archsim.results.assembly import (
 from archsim.results.records import Normalized, RunResult
 from archsim.spec.chip import ChipSpec
 from archsim.spec.efficiency import Efficiency
-from archsim.spec.registry import FamilyEfficiency
-from archsim.workloads.memory import memory_per_chip
+from archsim.spec.registry import FamilyEfficiency, family_definition
+from archsim.workloads.memory import memory_per_chip, resident_bytes
 from archsim.workloads.trace import Mode, Trace
 
 Floats = npt.NDArray[np.float64]
@@ -71,61 +72,35 @@ class Group:
         return self.trace.flops
 
 
-def _array_batch(group: Group) -> ArrayBatch:
-    words = group.trace.precision.elements_in
-    sections = [c.section_of(SystolicSection) for c in group.chips]
-
-    def ints(values: list[int]) -> npt.NDArray[np.int64]:
-        return np.array(values, dtype=np.int64)
-
-    s0 = sections[0]
-    return ArrayBatch(
-        dataflow=s0.dataflow,
-        rows=ints([s.array_rows for s in sections]),
-        cols=ints([s.array_cols for s in sections]),
-        ifmap_sram_words=ints([words(s.ifmap_sram) for s in sections]),
-        filter_sram_words=ints([words(s.filter_sram) for s in sections]),
-        ofmap_sram_words=ints([words(s.ofmap_sram) for s in sections]),
-        arrays=ints([s.cores * s.arrays_per_core for s in sections]),
-        macs_per_pe=ints([s.mac_per_pe_per_clock[group.trace.precision] for s in sections]),
-        clock_hz=np.array([c.clock for c in group.chips]),
-    )
-
-
-def _bound(compute: Floats, memory: Floats, overhead: Floats, fill: Floats) -> npt.NDArray[np.int64]:
+def _bound(
+    compute: Floats, memory: Floats, overhead: Floats, communication: Floats, fill: Floats
+) -> npt.NDArray[np.int64]:
     """:func:`~archsim.models.base.bound_of` on arrays: the index in ``Bound`` of each op's largest term."""
     compute, overhead = compute - fill, overhead + fill
     largest, bound = compute, np.full(compute.shape, _BOUNDS.index(Bound.COMPUTE))
-    for value, term in (
-        (memory, Bound.MEMORY),
-        (np.zeros(compute.shape), Bound.COMMUNICATION),
-        (overhead, Bound.OVERHEAD),
-    ):
+    for value, term in ((memory, Bound.MEMORY), (communication, Bound.COMMUNICATION), (overhead, Bound.OVERHEAD)):
         bigger = value > largest
         largest = np.where(bigger, value, largest)
         bound = np.where(bigger, _BOUNDS.index(term), bound)
     return bound
 
 
+def batch_model(group: Group) -> tuple[BatchModel, FamilyEfficiency]:
+    """The family's batch model of the group's chips (:attr:`~archsim.spec.registry.FamilyDefinition.batch`)."""
+    chip = group.chips[0]
+    definition = family_definition(chip.family)
+    assert definition.batch is not None  # batch_reason let only such families through
+    record = definition.efficiency.resolve(group.efficiency, chip.name)
+    module = importlib.import_module(definition.batch)
+    model = module.build_batch(group.chips, record, group.trace.precision, resident_bytes(group.trace))
+    return cast(BatchModel, model), record
+
+
 def evaluate(group: Group) -> list[RunResult | None]:
     """Each configuration's result, or None where the event path must decide (see the module docstring)."""
     trace, chips = group.trace, group.chips
-    eff = FamilyEfficiency.resolve(group.efficiency, chips[0].name)
-    precision = trace.precision
-    e = precision.element_bytes
-    batch = _array_batch(group)
+    model, eff = batch_model(group)
     n = len(chips)
-    macs = np.array([c.macs_per_clock(precision) for c in chips], dtype=np.int64)
-    matrix_flops = 2.0 * macs * batch.clock_hz
-    sections = [c.section_of(SystolicSection) for c in chips]
-    vector_flops = np.minimum(  # the vector path held to the chip's peak, as chip_rates holds it
-        np.array(
-            [s.vector_ops_per_clock.get(precision, 0) * s.cores * c.clock for s, c in zip(sections, chips, strict=True)]
-        ),
-        matrix_flops,
-    )
-    dram_published = np.array([c.memory.main.bandwidth for c in chips])
-    dram_bw = dram_published * eff.memory_bandwidth
     framework_s = eff.framework_overhead
     ok = np.ones(n, dtype=bool)
     energy = {
@@ -135,6 +110,7 @@ def evaluate(group: Group) -> list[RunResult | None]:
             "vector_op_j",
             "register_mac_j",
             "sram_bit_j",
+            "l2_bit_j",
             "dram_bit_j",
             "matrix_active_w",
             "matrix_instruction_j",
@@ -148,29 +124,18 @@ def evaluate(group: Group) -> list[RunResult | None]:
     durations: list[tuple[Floats, Floats]] = []
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         for index, op in enumerate(trace.ops):
-            if op.gemm is not None:
-                costs = matrix_costs(op, batch, e, eff.compute, dram_bw)
-                if not exact_integers(costs):
-                    return [None] * n
-                compute, memory, fill, dram = costs.compute_s, costs.memory_s, costs.fill_s, costs.dram_bytes
-                unit = Unit.MATRIX
-            else:
-                compute = op.flops / (vector_flops * eff.vector)
-                memory = op.bytes / dram_bw
-                fill = np.zeros(n)
-                dram = np.full(n, op.bytes, dtype=np.int64)
-                unit = Unit.VECTOR
-            peak = matrix_flops if op.kind.is_matrix else vector_flops
-            roofline = np.maximum(op.flops / peak, compulsory_bytes(op, e) / dram_published)
-            overhead = np.full(n, eff.op_overhead)
-            time = np.maximum(np.maximum(compute, memory), roofline) + overhead
+            cost = model.cost(op)
+            if cost is None:
+                return [None] * n
+            time, overhead, dram = cost.time_s, cost.overhead_s, cost.dram_bytes
             if framework_s:
                 time, overhead = time + framework_s, overhead + framework_s
-            bound = _bound(compute, memory, overhead, fill)
-            for value in (time, compute, memory, overhead, roofline):
+            bound = _bound(cost.compute_s, cost.memory_s, overhead, cost.communication_s, cost.fill_s)
+            for value in (time, cost.compute_s, cost.memory_s, overhead, cost.roofline_s, cost.communication_s):
                 ok &= np.isfinite(value) & (value >= 0.0) & (value <= MAX_OP_SECONDS)
             ok &= dram >= 0
-            # the list scheduler (engine/replay.py), separate units, on every configuration
+            # the list scheduler (engine/replay.py), on every configuration
+            unit = cost.unit if model.separate_units else Unit.MATRIX
             waits = [ends[d] for d in op.deps]
             if eff.host_overhead > 0.0:
                 waits.append(np.full(n, (index + 1) * eff.host_overhead))
@@ -186,22 +151,28 @@ def evaluate(group: Group) -> list[RunResult | None]:
             for b in range(len(_BOUNDS)):
                 by_bound[b] = np.where(bound == b, by_bound[b] + duration, by_bound[b])
             # with_energy's per-layer energy (results/power.py), in the same order
-            matrix = unit is Unit.MATRIX
+            matrix = cost.unit is Unit.MATRIX
             compute_j = op.flops / 2 * energy["mac_j"] if matrix else op.flops * energy["vector_op_j"]
             register_j = op.flops / 2 * energy["register_mac_j"] if matrix else np.zeros(n)
             bits = dram * BITS_PER_BYTE
-            sram_j = SRAM_ACCESSES_PER_DRAM_BYTE * bits * energy["sram_bit_j"]
+            staged = cost.onchip_bytes * BITS_PER_BYTE
+            sram_j = SRAM_ACCESSES_PER_DRAM_BYTE * (bits + staged) * energy["sram_bit_j"]
+            l2_j = staged * energy["l2_bit_j"]
             dram_j = bits * energy["dram_bit_j"]
             activation_j = duration * energy["matrix_active_w"] if matrix else np.zeros(n)
-            per_op = energy["matrix_instruction_j"] / 2 if matrix else energy["vector_instruction_j"]
-            instruction_j = op.flops * per_op
+            if matrix:
+                instruction_j = op.flops / 2 * energy["matrix_instruction_j"]
+            else:
+                instruction_j = op.flops * energy["vector_instruction_j"]
             parts["compute"] += compute_j
             parts["register"] += register_j
             parts["sram"] += sram_j
+            parts["l2"] += l2_j
             parts["dram"] += dram_j
             parts["activation"] += activation_j
             parts["instruction"] += instruction_j
-            durations.append((compute_j + register_j + sram_j + dram_j + activation_j + instruction_j, duration))
+            total_j = compute_j + register_j + sram_j + l2_j + dram_j + activation_j + instruction_j
+            durations.append((total_j, duration))
     ops_time = np.zeros(n)
     for end in ends:
         ops_time = np.maximum(ops_time, end)
