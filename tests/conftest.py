@@ -44,6 +44,36 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ[CACHE_ENV] = folder
 
 
+SCHEDULED_FIRST = (
+    "tests/unit/test_notebooks.py",
+    "tests/unit/test_workloads_onnx_llm.py",
+    "tests/unit/test_workloads_llm_import.py",
+    "tests/unit/test_baseline_cli.py",
+    "tests/unit/test_report_browser.py",
+)
+"""Files of a few long tests (torch exports, executed notebooks, a browser), handed out first.
+
+pytest-xdist (``--dist loadfile --no-loadscope-reorder``, ``addopts``) gives each worker a whole file
+at a time in the order below: long files first, then the rest by their number of tests, so that the
+workers finish together instead of one running a long file alone at the end. The notebooks run before
+the browser test, which then reads the executed copies (:func:`tests.notebooks.execute`).
+"""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Order the files as :data:`SCHEDULED_FIRST` says (the tests inside a file keep their order)."""
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item.nodeid.split("::")[0]] = counts.get(item.nodeid.split("::")[0], 0) + 1
+
+    def rank(item: pytest.Item) -> tuple[int, int, str]:
+        path = item.nodeid.split("::")[0]
+        first = SCHEDULED_FIRST.index(path) if path in SCHEDULED_FIRST else len(SCHEDULED_FIRST)
+        return first, -counts[path], path
+
+    items.sort(key=rank)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Remove the session's cache folder and restore the variable."""
     folder, before = config.stash[_CACHE_KEY]
