@@ -44,7 +44,7 @@ from archsim.results.records import Normalized, RunResult
 from archsim.spec.chip import ChipSpec
 from archsim.spec.efficiency import Efficiency
 from archsim.spec.registry import FamilyEfficiency, family_definition
-from archsim.workloads.memory import memory_per_chip, resident_bytes
+from archsim.workloads.memory import MemoryPerChip, memory_per_chip, resident_bytes
 from archsim.workloads.trace import Mode, Trace
 
 Floats = npt.NDArray[np.float64]
@@ -70,6 +70,11 @@ class Group:
     def flops(self) -> int:
         """The trace's FLOPs (:attr:`archsim.workloads.trace.Trace.flops`, a sum over its ops), once."""
         return self.trace.flops
+
+    @cached_property
+    def memory_split(self) -> MemoryPerChip:
+        """:func:`~archsim.workloads.memory.memory_per_chip` of the trace (a scan of its ops), once."""
+        return memory_per_chip(self.trace)
 
 
 def _bound(
@@ -253,7 +258,7 @@ class _Run:
             **memory_fields(chip, trace.memory_bytes),
             **generation,
             **decoder_fields(trace, 1, throughput, step_time_s, chip.peak_flops(trace.precision)),
-            memory_per_chip=memory_per_chip(trace),
+            memory_per_chip=self.group.memory_split,
             global_batch=trace.batch,
             single_chip_throughput=self.throughput / 1 * limit.clock_scale,
             throughput_unit=unit,
