@@ -25,7 +25,8 @@ run, as it does with no cache.
 
 :func:`load_entry_points` and :func:`store_entry_points` keep the plug-in entry points of the
 installed distributions (:func:`archsim.spec.registry.installed_entry_points`), keyed by the folders on
-``sys.path`` and their modification times, which change when a distribution is installed or removed.
+``sys.path`` and the distributions' metadata folders in them, which change when a distribution is
+installed or removed.
 """
 
 from __future__ import annotations
@@ -249,19 +250,39 @@ def store_spec(path: Path, kind: str, spec: Any) -> None:
 
 
 def _path_signature() -> list[list[Any]]:
-    """Each folder (or archive) on ``sys.path`` with its modification time in ns (None: not there).
+    """Each folder (or archive) on ``sys.path`` with what says which distributions it holds.
 
-    Installing or removing a distribution adds or removes its ``*.dist-info`` folder, which changes the
-    modification time of the folder holding it: importlib's finders key their own listings of a folder
-    on that time too.
+    A folder gives its ``*.dist-info`` and ``*.egg-info`` entries, each with its modification time in ns
+    (installing, upgrading or removing a distribution adds, replaces or removes one; other files
+    coming and going, say a run's output in a checkout on the path, change nothing); an archive gives
+    its own modification time; a missing entry None.
     """
     signature: list[list[Any]] = []
     for entry in sys.path:
         try:
-            signature.append([str(entry), os.stat(entry or ".").st_mtime_ns])
+            with os.scandir(entry or ".") as listing:
+                infos = sorted(
+                    [item.name, item.stat().st_mtime_ns]
+                    for item in listing
+                    if item.name.endswith((".dist-info", ".egg-info"))
+                )
+            signature.append([str(entry), infos])
+        except NotADirectoryError:  # a zip archive of modules
+            signature.append([str(entry), os.stat(entry).st_mtime_ns])
         except (OSError, ValueError, TypeError):  # missing, unreadable, or not a file name at all
             signature.append([str(entry), None])
     return signature
+
+
+def _signature_times(signature: list[list[Any]]) -> list[int]:
+    """The modification times a path signature holds."""
+    times: list[int] = []
+    for _, stamp in signature:
+        if isinstance(stamp, int):
+            times.append(stamp)
+        elif stamp is not None:
+            times.extend(mtime_ns for _, mtime_ns in stamp)
+    return times
 
 
 def _entry_points_file(signature: list[list[Any]]) -> Path | None:
@@ -295,7 +316,7 @@ def store_entry_points(points: list[tuple[str, str, str]]) -> None:
     """Record the entry points found on the current ``sys.path`` (when none of its folders changed lately)."""
     signature = _path_signature()
     target = _entry_points_file(signature)
-    if target is None or not all(_settled([mtime_ns]) for _, mtime_ns in signature if mtime_ns is not None):
+    if target is None or not all(_settled([mtime_ns]) for mtime_ns in _signature_times(signature)):
         return
     _save(target, json.dumps({"format": _FORMAT, "path": signature, "points": [list(p) for p in points]}))
 

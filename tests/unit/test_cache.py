@@ -223,6 +223,12 @@ def _distribution(folder: Path, name: str, entry_points: str) -> None:
     (info / "entry_points.txt").write_text(entry_points)
 
 
+def _settle_distributions(folder: Path) -> None:
+    """Date the distributions' metadata folders in ``folder`` back, as an install long ago left them."""
+    for info in folder.glob("*.dist-info"):
+        _settle(info)
+
+
 def test_entry_points_are_scanned_again_only_when_a_distribution_comes_or_goes(
     cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -233,7 +239,7 @@ def test_entry_points_are_scanned_again_only_when_a_distribution_comes_or_goes(
     site = tmp_path / "site"
     points = "[archsim.cost_models]\nsoftmax = toy_models:slow\n[console_scripts]\ntoy = x:y\n"
     _distribution(site, "toy_models", points)
-    _settle(site)
+    _settle_distributions(site)
     monkeypatch.setattr(sys, "path", [str(site)])  # the one folder of installed distributions
     scans: list[int] = []
     scan = importlib.metadata.entry_points
@@ -254,13 +260,16 @@ def test_entry_points_are_scanned_again_only_when_a_distribution_comes_or_goes(
         _distribution(site, "toy_families", "[archsim.families]\ntoy = toy_families\n")  # installed since
         assert ("archsim.families", "toy", "toy_families") in found() and len(scans) == 2
         found()
-        assert len(scans) == 3  # the folder changed moments ago: not recorded yet (SETTLE_NS)
-        _settle(site)
+        assert len(scans) == 3  # the distribution changed moments ago: not recorded yet (SETTLE_NS)
+        _settle_distributions(site)
         found()
         assert found() == [
             ("archsim.cost_models", "softmax", "toy_models:slow"),
             ("archsim.families", "toy", "toy_families"),
         ]
+        assert len(scans) == 4
+        (site / "results.json").write_text("{}")  # not a distribution: a run's output, say
+        found()
         assert len(scans) == 4
     finally:
         registry.installed_entry_points.cache_clear()
