@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from archsim.results.records import RunResult
-from archsim.run.chip import replay_on_chip as run_trace
+from archsim.run.replay import replay_on_target as run_trace
 from archsim.run.request import RunRequest
 from archsim.run.runner import run
 from archsim.run.target import Target, preferred_capacity_bytes, resolve_target
@@ -20,7 +20,8 @@ from archsim.workloads.trace import Mode
 
 __all__ = ["Target", "preferred_capacity_bytes", "resolve_target", "run_trace", "simulate"]
 """``simulate`` and, for code that replays traces it built itself, the runner's one-chip names:
-:class:`Target`, :func:`resolve_target`, :func:`run_trace` (:func:`archsim.run.chip.replay_on_chip`)."""
+:class:`Target`, :func:`resolve_target`, :func:`run_trace` (the runner's one replay seam,
+:func:`archsim.run.replay.replay_on_target`)."""
 
 
 def simulate(

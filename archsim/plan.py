@@ -246,7 +246,8 @@ def plan(
 
         simulate = run_one
     resolved = resolve(target, library)
-    if resolved.system is None:
+    system = resolved.linked
+    if system is None:
         raise UsageError(target, "TARGET", "plan needs a multi-chip system (a chip has one layout)")
     model = library.model(workload)
     decoder = model.decoder
@@ -257,7 +258,7 @@ def plan(
     if run_precision not in chip.peak:
         supported = ", ".join(p.value for p in chip.precisions)
         raise UsageError(chip.name, "--precision", f"{run_precision.value} is not supported (supported: {supported})")
-    fabric = fabric_for(resolved.system, library, nodes or 1, resolved.source)
+    fabric = fabric_for(system, library, nodes or 1, resolved.source)
     first_tier = fabric.tiers[0].size if fabric.tiers else 1
     chips = fabric.num_chips
     seq = seq_len or decoder.default_seq_len

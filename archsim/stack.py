@@ -83,6 +83,14 @@ def stack_efficiency(
     return base.merged(software.efficiency(precision)).merged(chip.efficiency)
 
 
+def run_stack(
+    library: Library, chip: ChipSpec, trace: Trace, software: SoftwareSpec | None, family_efficiency: Efficiency | None
+) -> tuple[SoftwareSpec, Efficiency]:
+    """The stack that runs ``trace`` (``software``, or the chip's default for it) and the efficiency it runs at."""
+    stack = software if software is not None else default_software(library, chip, is_kernel(trace))
+    return stack, stack_efficiency(library, chip, stack, trace.precision, family_efficiency)
+
+
 def default_efficiency(library: Library, chip: ChipSpec, precision: Precision | None = None) -> Efficiency:
     """The efficiency of ``chip`` under its default stack (at ``precision``; None: the chip's default)."""
     run_precision = precision or chip.default_precision

@@ -357,7 +357,7 @@ def bench_suite(repeat: int) -> None:
 def bench_stages(repeat: int) -> None:
     """The stages of a v100 ResNet-50 training step in-process, and a warm simulate() call."""
     header = f"{'case':<34} {'median ms':>9} {'min ms':>9} {'max ms':>9}"
-    from archsim.run.chip import replay_on_chip
+    from archsim.run.replay import replay_on_target
     from archsim.run.target import resolve
     from archsim.spec.common import Precision
     from archsim.spec.library import Library
@@ -371,7 +371,7 @@ def bench_stages(repeat: int) -> None:
     build = lambda: build_trace("resnet50", library, Mode.TRAIN, 256, Precision.FP16, None)  # noqa: E731
     trace = build()
     print(row("build trace", time_call(build, repeat)))
-    print(row("cost + replay + result", time_call(lambda: replay_on_chip(target, trace, library), repeat)))
+    print(row("cost + replay + result", time_call(lambda: replay_on_target(target, trace, library), repeat)))
     from archsim import simulate
 
     warm = lambda: simulate("v100", "resnet50", mode="train", batch=256, library=library)  # noqa: E731

@@ -9,11 +9,13 @@
   replays it, watched by the caller's observers.
 * :mod:`archsim.run.observers` -- what a caller attaches to a run (``run(request, library,
   observers=[...])``): :class:`~archsim.run.observers.TimelineRecorder` records the timeline.
-* :mod:`archsim.run.target` -- what a target name resolves to, and a system's fabric.
-* :mod:`archsim.run.chip` -- :func:`~archsim.run.chip.replay_on_chip`: a built trace on one chip.
-* :mod:`archsim.run.system` -- :func:`~archsim.run.system.replay_on_system`: a built trace on a
-  system, data parallel (:mod:`~archsim.run.data_parallel`) or pipelined
-  (:mod:`~archsim.run.pipeline`), the result assembled by :mod:`~archsim.run.assembly`.
+* :mod:`archsim.run.target` -- what a target name resolves to (a system; a chip is a system of one
+  chip, :data:`~archsim.run.target.ONE_CHIP`), and a system's fabric.
+* :mod:`archsim.run.replay` -- :func:`~archsim.run.replay.replay_on_target`, the one replay seam: a
+  built trace on any target. A system of one chip replays in the one-chip list scheduler; a system
+  joined by links runs :func:`~archsim.run.system.system_step`, data parallel
+  (:mod:`~archsim.run.data_parallel`) or pipelined (:mod:`~archsim.run.pipeline`), the result
+  assembled by :mod:`~archsim.run.system_result`.
 
 This package imports nothing at its top, so that importing one of its modules stays cheap.
 """

@@ -1,8 +1,10 @@
 """What a step on a multi-chip system shares: its options, fabric, placement, chip model and comm options.
 
-:class:`SystemContext` is built once per replay by :func:`archsim.run.system.replay_on_system` and read
+:class:`SystemContext` is built once per replay by :func:`archsim.run.system.system_step` and read
 by the data-parallel (:mod:`archsim.run.data_parallel`) and pipelined (:mod:`archsim.run.pipeline`)
-steps and by the result assembly (:mod:`archsim.run.assembly`).
+steps and by the result assembly (:mod:`archsim.run.system_result`). :class:`SystemOptions` is every
+run's: on a system of one chip only its streaming memory and stack apply (the runner refuses a layout
+that spreads a step over one chip).
 """
 
 from __future__ import annotations

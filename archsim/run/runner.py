@@ -2,11 +2,11 @@
 
 :func:`run` is every front door's: ``archsim run``, :func:`archsim.simulate`, sweeps, baselines and
 the time-to-train runs build a :class:`~archsim.run.request.RunRequest` and call it. It is
-:func:`build` (the target resolved once -- a chip is a system of one chip --, the software stack and
-its rewrites chosen, the trace built once, the default batch halved until the step fits, once) then
-:func:`replay_built`, which hands the built trace to the seam of its target:
-:func:`~archsim.run.chip.replay_on_chip` or :func:`~archsim.run.system.replay_on_system`. Validation
-builds each row once and replays it with many efficiency values.
+:func:`build` (the target resolved once into a system -- a chip is a system of one chip --, the
+software stack and its rewrites chosen, the trace built once, the default batch halved until the
+step fits, once) then :func:`replay_built`, which hands the built trace to the one replay seam,
+:func:`~archsim.run.replay.replay_on_target`. Validation builds each row once and replays it with
+many efficiency values.
 """
 
 from __future__ import annotations
@@ -19,10 +19,9 @@ from archsim import memory_fit
 from archsim.errors import UsageError
 from archsim.limits import check_trace_ops
 from archsim.results.records import RunResult
-from archsim.results.timeline import TimelineSpan
 from archsim.run import generation
-from archsim.run.chip import replay_on_chip
 from archsim.run.context import SystemOptions
+from archsim.run.replay import replay_on_target
 from archsim.run.request import RunRequest
 from archsim.run.target import Target, fabric_for, resolve
 from archsim.spec.chip import ChipSpec
@@ -111,11 +110,11 @@ def largest_batch(*runs: BuiltRun) -> int | None:
 def build(request: RunRequest, library: Library) -> BuiltRun:
     """Resolve ``request``'s target and build its trace (refusing what the target cannot run)."""
     target = resolve(request.target, library)
-    layout, chip = request.layout, target.chip
-    if target.system is None and layout.spreads:
+    layout, chip, system = request.layout, target.chip, target.linked
+    if system is None and layout.spreads:
         raise UsageError(request.target, layout.spreading_flag(), "needs a multi-chip system as the target, not a chip")
     pipelined = layout.pipeline_stages != 1 or layout.microbatches is not None
-    if target.system is not None and request.mode.is_generation and pipelined:  # tensor parallel it may
+    if system is not None and request.mode.is_generation and pipelined:  # tensor parallel it may
         flag = "--pipeline-stages" if layout.pipeline_stages != 1 else "--microbatches"
         problem = "prefill and decode run tensor and data parallel only: pipelined generation is not modelled yet"
         raise UsageError(target.source, flag, problem)
@@ -134,16 +133,16 @@ def build(request: RunRequest, library: Library) -> BuiltRun:
     )
     named = stack if request.software is not None else None
     options = SystemOptions.of(layout, trace_options, request.streaming, named)
-    if target.system is not None:  # a bad --pipeline-stages is refused before any trace is built
+    if system is not None:  # a bad --pipeline-stages is refused before any trace is built
         from archsim.models.placement import place  # the multi-chip modules: not loaded for one chip
 
-        fabric = fabric_for(target.system, library, options.nodes, target.source)
+        fabric = fabric_for(system, library, options.nodes, target.source)
         placement = place(fabric, layout.pipeline_stages, target.source, layout.tensor_parallel)
         check_expert_parallel(layout.expert_parallel, placement.data_parallel, target.source)
     seq_len = request.trace_seq_len
     rebuild = rebuilder(request.workload, library, request.mode, precision, seq_len, trace_options)
     microbatches: int | None = None
-    if target.system is not None and (layout.pipeline_stages != 1 or layout.microbatches not in (None, 1)):
+    if system is not None and (layout.pipeline_stages != 1 or layout.microbatches not in (None, 1)):
         trace, microbatches = microbatch_trace(
             request.workload,
             library,
@@ -156,8 +155,8 @@ def build(request: RunRequest, library: Library) -> BuiltRun:
             trace_options,
         )
     else:
-        # a Chakra ET's communication nodes become comm ops on a system (a chip refuses them)
-        communication = target.system is not None
+        # a Chakra ET's communication nodes become comm ops on a system with links (a chip refuses them)
+        communication = system is not None
         trace = build_trace(
             request.workload,
             library,
@@ -178,7 +177,7 @@ def check_zero(request: RunRequest, target: Target) -> None:
     layout = request.layout
     if layout.zero == 0:
         return
-    if target.system is None:
+    if target.linked is None:
         problem = "ZeRO shards training state over data-parallel chips: needs a multi-chip system, not a chip"
         raise UsageError(request.target, "--zero", problem)
     if layout.expert_parallel != 1:
@@ -214,30 +213,12 @@ def replay_built(
     (calibration tries values through them).
     """
     stack = software if software is not None else built.software
-    if built.target.system is None:
-        result = replay_on_chip(
-            built.target,
-            built.trace,
-            library,
-            family_efficiency,
-            stack,
-            streaming=built.options.streaming,
-            rebuild=built.rebuild,
-        )
-        if observers:
-            spans = [TimelineSpan(layer.name, layer.start_s, layer.end_s, layer.phase) for layer in result.layers]
-            for observer in observers:
-                observer.step(lambda: [(f"chip 0 ({result.target})", spans)], ())
-        return result
-    from archsim.run.system import replay_on_system  # SimPy and the fabric models: not loaded for one chip
-
-    options = replace(built.options, software=stack)
-    return replay_on_system(
+    return replay_on_target(
         built.target,
         built.trace,
-        built.microbatches,
         library,
-        options,
+        replace(built.options, software=stack),
+        microbatches=built.microbatches,
         observers=observers,
         family_efficiency=family_efficiency,
         rebuild=built.rebuild,

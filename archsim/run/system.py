@@ -1,8 +1,9 @@
-"""Replay a built trace on a multi-chip system: data parallel, pipeline parallel, or both.
+"""A step of a built trace on a system joined by links: data parallel, pipeline parallel, or both.
 
-:func:`replay_on_system` is the system seam of the runner ("replay this built trace on this
-system"): it builds the fabric (:mod:`archsim.models.interconnect`), places pipelines and replicas on
-it (:mod:`archsim.models.placement`), resolves how gradients are communicated (the all-reduce
+:func:`system_step` is what the runner's one replay seam
+(:func:`archsim.run.replay.replay_on_target`) runs on a system with links: it builds the fabric
+(:mod:`archsim.models.interconnect`), places pipelines and replicas on it
+(:mod:`archsim.models.placement`), resolves how gradients are communicated (the all-reduce
 algorithm, the collective library's protocol), and runs one step in the engine
 (:mod:`archsim.engine.parallel`) through :mod:`archsim.run.data_parallel` or :mod:`archsim.run.pipeline`.
 
@@ -25,7 +26,6 @@ from archsim.engine.collectives import resolve_algorithm
 from archsim.engine.parallel import CommOptions
 from archsim.models.placement import place
 from archsim.results.records import RunResult
-from archsim.run.chip import finished
 from archsim.run.context import SystemContext, SystemOptions
 from archsim.run.data_parallel import data_parallel
 from archsim.run.observers import RunObserver
@@ -34,33 +34,30 @@ from archsim.run.target import Target, fabric_for
 from archsim.run.tensor_parallel import GroupCalls, group_fabric
 from archsim.spec.efficiency import Efficiency
 from archsim.spec.library import Library
-from archsim.stack import default_software, is_kernel, stack_efficiency
+from archsim.spec.system import SystemSpec
+from archsim.stack import run_stack
 from archsim.workloads.options import Recompute
 from archsim.workloads.trace import Trace
 
 
-def replay_on_system(
+def system_step(
     target: Target,
+    system: SystemSpec,
     trace: Trace,
     microbatches: int | None,
     library: Library,
     options: SystemOptions,
-    *,
-    observers: Sequence[RunObserver] = (),
-    family_efficiency: Efficiency | None = None,
-    rebuild: Callable[[int, Recompute], Trace] | None = None,
+    observers: Sequence[RunObserver],
+    family_efficiency: Efficiency | None,
+    rebuild: Callable[[int, Recompute], Trace] | None,
 ) -> RunResult:
-    """Replay a built trace (one chip's, one microbatch's when pipelined) on ``target``'s system.
+    """A step of a built trace (one chip's, one microbatch's when pipelined) on ``system``, ``target``'s.
 
     ``microbatches`` None runs data parallel, else a pipelined or accumulated step. ``observers``
-    watch the engine's links and are told the step's chip lanes (:mod:`archsim.run.observers`).
-    ``family_efficiency`` replaces the family file's efficiency parameters, as in
-    :func:`archsim.run.chip.replay_on_chip` (calibration tries values through it).
-    ``rebuild(batch, recompute)`` builds the workload at another (micro-)batch, so that a refusal names
-    the largest that fits (None: the workload fixes its batch).
+    watch the engine's links and are told the step's chip lanes (:mod:`archsim.run.observers`); the
+    other arguments are :func:`~archsim.run.replay.replay_on_target`'s, which finishes the result.
     """
-    system, source, chip = target.system, target.source, target.chip
-    assert system is not None, "a system target"
+    source, chip = target.source, target.chip
     fabric = fabric_for(system, library, options.nodes, source)
     asked = resolve_algorithm(options.collective, fabric, source) if options.collective not in (None, "auto") else None
     named = options.software.collective_library if options.software is not None else None
@@ -70,8 +67,7 @@ def replay_on_system(
         fabric = call.fabric
     tp = options.trace.tensor_parallel
     placement = place(fabric, options.pipeline_stages, source, tp)
-    stack = options.software if options.software is not None else default_software(library, chip, is_kernel(trace))
-    efficiency = stack_efficiency(library, chip, stack, trace.precision, family_efficiency)
+    stack, efficiency = run_stack(library, chip, trace, options.software, family_efficiency)
     algorithm = resolve_algorithm(asked or (call.algorithm if call is not None else None), fabric, source)
     comm = CommOptions(
         algorithm,
@@ -106,5 +102,4 @@ def replay_on_system(
         calls,
         expert_calls,
     )
-    result = data_parallel(context, trace) if microbatches is None else pipelined(context, trace, microbatches)
-    return finished(result, chip, library, trace)
+    return data_parallel(context, trace) if microbatches is None else pipelined(context, trace, microbatches)

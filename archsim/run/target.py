@@ -1,8 +1,9 @@
-"""What a target name resolves to: a chip, or a system of chips (and the system's fabric).
+"""What a target name resolves to: a system of chips (and the system's fabric); a chip is a system of one chip.
 
-A chip is a system of one chip: :class:`Target` carries the chip every run prices ops with and, for a
-multi-chip system (``interconnect/systems/``, ``kind: system``), the system and its file. The runner
-resolves a request's target once (:func:`resolve`).
+:class:`Target` carries the chip every run prices ops with and the system that joins its chips: a
+multi-chip system (``interconnect/systems/``, ``kind: system``) with its file, or, for a chip name,
+:data:`ONE_CHIP` (one chip, no levels, no links). The runner resolves a request's target once
+(:func:`resolve`) and replays every target through one seam (:func:`archsim.run.replay.replay_on_target`).
 """
 
 from __future__ import annotations
@@ -20,16 +21,38 @@ if TYPE_CHECKING:  # a system's: a one-chip run loads neither module
 
 
 @dataclass(frozen=True)
+class OneChip:
+    """The system a chip target is: one chip, no levels and no links (so no communication op can run on it)."""
+
+    @property
+    def num_chips(self) -> int:
+        """One chip."""
+        return 1
+
+
+ONE_CHIP = OneChip()
+"""The system of one chip."""
+
+
+@dataclass(frozen=True)
 class Target:
-    """A resolved target: the chip it runs on, how many of them, and the system joining them (if any)."""
+    """A resolved target: the chip it runs on and the system joining its chips (:data:`ONE_CHIP` for a chip)."""
 
     name: str
     chip: ChipSpec
-    num_chips: int = 1
-    system: SystemSpec | None = None
-    """The multi-chip system (None: one chip)."""
+    system: SystemSpec | OneChip = ONE_CHIP
     source: str = ""
     """The system's file, for messages (empty for one chip)."""
+
+    @property
+    def linked(self) -> SystemSpec | None:
+        """The system's description when it joins chips by links (None: a system of one chip)."""
+        return None if isinstance(self.system, OneChip) else self.system
+
+    @property
+    def num_chips(self) -> int:
+        """Chips in the system (in one copy of it, before ``--nodes``)."""
+        return self.system.num_chips
 
 
 def resolve(name: str, library: Library) -> Target:

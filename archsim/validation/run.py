@@ -253,8 +253,9 @@ def software_name(prepared: Prepared, library: Library) -> str:
         return stack.name
     if prepared.row.software is not None:
         return library.collective_library(prepared.row.software).name
-    assert prepared.target.system is not None  # a busbw row runs on a system
-    found = library.system_collective_library(prepared.target.system)
+    system = prepared.target.linked
+    assert system is not None  # a busbw row runs on a system
+    found = library.system_collective_library(system)
     return found.name if found is not None else "links"
 
 

@@ -38,7 +38,7 @@ def coverage(library: Library, table: str) -> dict[str, dict[str, object]]:
         entry = found.setdefault(family, {"chips": set(), "software": set(), "max_chips": 1})
         entry["chips"].add(prepared.target.chip.name)  # type: ignore[attr-defined]
         entry["software"].add(software_name(prepared, library))  # type: ignore[attr-defined]
-        system = prepared.target.system
+        system = prepared.target.linked
         chips = system.num_chips * (row.nodes or 1) if system is not None else 1
         entry["max_chips"] = max(int(entry["max_chips"]), chips)  # type: ignore[call-overload]
         if prepared.built is None:

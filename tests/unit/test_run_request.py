@@ -17,6 +17,7 @@ from archsim.errors import ArchsimError, LimitError, UsageError
 from archsim.run.observers import Lanes, TimelineRecorder
 from archsim.run.request import Layout, RunRequest
 from archsim.run.runner import build, replay_built, run
+from archsim.run.target import ONE_CHIP
 from archsim.spec.common import Fusion, Precision, StreamingMemory
 from archsim.spec.library import Library
 from archsim.sweep.worker import _simulate
@@ -128,7 +129,8 @@ def test_a_chip_refuses_a_multichip_layout_naming_the_flag(library: Library) -> 
 def test_the_default_batch_is_halved_the_same_way_on_a_chip_and_on_a_system(library: Library) -> None:
     chip = build(RunRequest.of("gc200", "bert-large", "train"), library)
     system = build(RunRequest.of("ipu-m2000", "bert-large", "train"), library)
-    assert chip.target.system is None and system.target.system is not None
+    assert chip.target.system is ONE_CHIP and chip.target.linked is None  # a chip is a system of one chip
+    assert system.target.linked is system.target.system is not ONE_CHIP
     assert system.target.chip == chip.target.chip
     assert (
         system.trace.batch

@@ -206,16 +206,14 @@ def test_cli_replays_to_the_flat_json_and_refuses_a_chip_for_communication(
 
 def test_communication_ops_are_refused_off_the_data_parallel_path(tmp_path: Path, library: Library) -> None:
     from archsim.errors import UsageError
-    from archsim.run.chip import replay_on_chip
-    from archsim.run.context import SystemOptions
-    from archsim.run.system import replay_on_system
+    from archsim.run.replay import replay_on_target
     from archsim.run.target import resolve
 
     trace = read_chakra(_official_et(tmp_path / "rank0.et"))
-    with pytest.raises(UsageError, match="multi-chip system"):
-        replay_on_chip(resolve("v100", library), trace, library)
+    with pytest.raises(UsageError, match="multi-chip system"):  # a system of one chip has no links
+        replay_on_target(resolve("v100", library), trace, library)
     with pytest.raises(UsageError, match="data parallel only"):  # microbatches: the pipelined path
-        replay_on_system(resolve("dgx1", library), trace, 2, library, SystemOptions())
+        replay_on_target(resolve("dgx1", library), trace, library, microbatches=2)
 
 
 def test_a_trace_with_communication_is_not_written_as_one_chip_s_file(tmp_path: Path) -> None:
