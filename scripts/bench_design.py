@@ -87,12 +87,14 @@ def bench_exhaustive() -> None:
     """The best throughput per mm^2 of the whole 10^6-point space, priced on the batch path in chunks."""
     import multiprocessing
 
-    from archsim.sweep.expand import Task, TaskKeys, iter_configurations
+    from archsim.sweep.expand import Task, TaskKeys, iter_configurations, library_fingerprint
     from archsim.sweep.run import plan
+    from archsim.sweep.worker import worker_library
 
     planned = plan(ROOT / "sweeps" / "systolic-design-space.yaml", check_variants=False)
     spec, source = planned.context.spec, planned.context.source
-    keys, workload = TaskKeys(spec), spec.workload_entries[0]
+    keys = TaskKeys(spec, library_fingerprint(worker_library(planned.context.search_path)))
+    workload = spec.workload_entries[0]
 
     def chunks() -> object:
         chunk: list[Task] = []

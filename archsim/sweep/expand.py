@@ -1,9 +1,10 @@
 """Expansion of a sweep into configurations, and of a configuration into a variant library.
 
 A *configuration* is one base target with one value per axis; a *task* is a configuration with one
-workload (one row of the results). Each task has a stable key: a hash of the canonical JSON of its
-target, axis values (as written), workload entry, run settings and ``rescale_peak``, so that a rerun
-of the same sweep recognises the rows it already has.
+workload (one row of the results). Each task has a stable key: a hash of the canonical JSON of the
+library's fingerprint (its description files' content), its target, axis values (as written),
+workload entry, run settings and ``rescale_peak``, so that a rerun of the same sweep recognises the
+rows it already has, and none whose descriptions have changed since.
 
 :func:`variant` applies a configuration's ``chip.``, ``system.``, ``link.`` and ``memory.`` values to
 copies of the descriptions' YAML data, validates them like any description (quantities parsed,
@@ -23,7 +24,7 @@ from typing import Any, cast, get_args
 
 from pydantic import BaseModel, ValidationError
 
-from archsim.errors import ArchsimError, SpecError, UnitError
+from archsim.errors import ArchsimError, LookupFailed, SpecError, UnitError
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Precision
 from archsim.spec.library import SPEC_CLASSES, Entry, Library
@@ -63,22 +64,47 @@ def si_value(value: Any) -> Any:
     return value
 
 
-def task_key(spec: SweepSpec, configuration: Configuration, workload: WorkloadEntry) -> str:
-    """The stable key of a row: a hash of everything that determines its result (given the library).
+def task_key(spec: SweepSpec, configuration: Configuration, workload: WorkloadEntry, library: str) -> str:
+    """The stable key of a row: a hash of everything that determines its result.
 
-    The hash is of the canonical JSON (sorted keys, no spaces) of the target, the axis values sorted
-    by path, the workload entry, the settings and ``rescale_peak``.
+    The hash is of the canonical JSON (sorted keys, no spaces) of the library's fingerprint
+    (:func:`library_fingerprint`), the target, the axis values sorted by path, the workload entry, the
+    settings and ``rescale_peak``: a rerun recognises the rows it already has, and recomputes them all
+    once a description on the search path (or archsim's version) has changed.
     """
-    return TaskKeys(spec).key(configuration, workload)
+    return TaskKeys(spec, library).key(configuration, workload)
+
+
+def library_fingerprint(library: Library) -> str:
+    """A hash of archsim's version and the content of every description file on ``library``'s search path.
+
+    What a row's result depends on besides the sweep: the descriptions its target, workload, family,
+    memory, links and software stack come from. Any edit to any of them changes it (a conservative
+    key: the rows of a sweep whose own descriptions did not change are recomputed too). Plug-in
+    families' code and archsim's own code between versions are not covered.
+    """
+    from archsim import __version__
+    from archsim.limits import description_files
+
+    digest = hashlib.sha256(__version__.encode())
+    for number, root in enumerate(library.roots):
+        for path in sorted(description_files(root)):
+            digest.update(f"{number}:{path.relative_to(root).as_posix()}:".encode())
+            try:
+                content = path.read_bytes()
+            except OSError as err:
+                raise LookupFailed(str(path), "search path", f"cannot read: {err.strerror or err}") from None
+            digest.update(hashlib.sha256(content).digest())
+    return digest.hexdigest()[:32]
 
 
 class TaskKeys:
     """:func:`task_key` for many rows of one sweep: the JSON of what every row shares is written once."""
 
-    def __init__(self, spec: SweepSpec) -> None:
-        # the canonical object's keys in sorted order: rescale_peak, settings, target, values, workload
-        self.head = '{"rescale_peak":' + _canonical(spec.rescale_peak) + ',"settings":'
-        self.head += _canonical(spec.settings.model_dump(mode="json")) + ',"target":'
+    def __init__(self, spec: SweepSpec, library: str) -> None:
+        # the canonical object's keys in sorted order: library, rescale_peak, settings, target, values, workload
+        self.head = '{"library":' + _canonical(library) + ',"rescale_peak":' + _canonical(spec.rescale_peak)
+        self.head += ',"settings":' + _canonical(spec.settings.model_dump(mode="json")) + ',"target":'
         self.workloads: dict[int, str] = {}
         self.spec = spec
 
@@ -123,10 +149,10 @@ def configurations(spec: SweepSpec, source: str) -> list[Configuration]:
     return list(iter_configurations(spec, source))
 
 
-def tasks(spec: SweepSpec, source: str) -> list[Task]:
-    """Every row of the sweep, in order, each with its key."""
+def tasks(spec: SweepSpec, source: str, library: str) -> list[Task]:
+    """Every row of the sweep, in order, each with its key (``library``: :func:`library_fingerprint`)."""
     entries = spec.workload_entries
-    keys = TaskKeys(spec)
+    keys = TaskKeys(spec, library)
     rows: list[Task] = []
     for configuration in iter_configurations(spec, source):
         for workload in entries:

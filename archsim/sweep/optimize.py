@@ -35,7 +35,7 @@ from archsim.errors import UnitError, UsageError
 from archsim.sweep.batch import batch_reason, run_batch_chunk
 from archsim.sweep.constraints import Constraint
 from archsim.sweep.executors import default_jobs, run_local
-from archsim.sweep.expand import Configuration, Task, TaskKeys, si_value
+from archsim.sweep.expand import Configuration, Task, TaskKeys, library_fingerprint, si_value
 from archsim.sweep.run import _chunks, _load, _progress, _search_path
 from archsim.sweep.store import RowStore
 from archsim.sweep.worker import DESIGN_COLUMNS, RESULT_COLUMNS, SweepContext, run_chunk, worker_library
@@ -266,7 +266,7 @@ def optimize(
     runner = run_batch_chunk if batch_reason(spec, library) is None else run_chunk
     store = RowStore(folder)
     stored = store.load()
-    keys = TaskKeys(spec)
+    keys = TaskKeys(spec, library_fingerprint(library))
     workload = spec.workload_entries[0]
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = optuna.storages.JournalStorage(JournalFileBackend(str(folder / STUDY_FILE)))

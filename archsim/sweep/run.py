@@ -22,7 +22,15 @@ from archsim.spec.library import ENV_VAR, Library
 from archsim.spec.sweep import SweepSpec
 from archsim.sweep.batch import batch_reason, run_batch_chunk
 from archsim.sweep.executors import EXECUTORS, default_jobs, max_jobs, run_dask, run_local
-from archsim.sweep.expand import Configuration, Task, TaskKeys, iter_configurations, tasks, variant
+from archsim.sweep.expand import (
+    Configuration,
+    Task,
+    TaskKeys,
+    iter_configurations,
+    library_fingerprint,
+    tasks,
+    variant,
+)
 from archsim.sweep.store import ROWS_FILE, TABLE_FILE, RowStore, write_table_atomically
 from archsim.sweep.worker import DESIGN_COLUMNS, RESULT_COLUMNS, SweepContext, run_chunk, worker_library
 
@@ -97,9 +105,9 @@ def plan(
     folders = _search_path(search_path)
     spec, source = _load(sweep, folders)
     context = SweepContext(spec, source, folders)
-    planned = tasks(spec, source)
+    library = worker_library(folders)
+    planned = tasks(spec, source, library_fingerprint(library))
     if check_variants:
-        library = worker_library(folders)
         seen: set[Any] = set()
         for task in planned:
             _check_new_values(library, spec, source, task.configuration, seen)
@@ -142,7 +150,7 @@ def count(
     library = worker_library(folders)
     have = RowStore(out).load() if out is not None and Path(out, ROWS_FILE).exists() else {}
     entries = spec.workload_entries
-    keys = TaskKeys(spec)
+    keys = TaskKeys(spec, library_fingerprint(library))
     seen: set[Any] = set()
     configurations = stored = 0
     for configuration in iter_configurations(spec, source):

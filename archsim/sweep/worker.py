@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from archsim.errors import ArchsimError, UsageError
+from archsim.limits import description_files
 from archsim.models.energy import onchip_memory_bytes
 from archsim.results.records import RunResult
 from archsim.run.request import RunRequest
@@ -108,14 +109,27 @@ class SweepContext:
     """Absolute folders before the built-in library (``--lib`` and ``ARCHSIM_PATH`` already joined)."""
 
 
-_LIBRARIES: dict[tuple[str, ...], Library] = {}
+_LIBRARIES: dict[tuple[str, ...], tuple[tuple[tuple[str, int, int], ...], Library]] = {}
 
 
 def worker_library(search_path: tuple[str, ...]) -> Library:
-    """The library of this process for ``search_path``, built once."""
-    if search_path not in _LIBRARIES:
-        _LIBRARIES[search_path] = Library(search_path, use_env=False)
-    return _LIBRARIES[search_path]
+    """The library of this process for ``search_path``: built once, and again after a description changed.
+
+    A process that runs one sweep after another (a notebook's, a Dask worker's) would otherwise price
+    the later ones with descriptions read before they were edited: the library is rebuilt when a
+    description file on the search path was added, removed, or has another size or modification time.
+    """
+    roots = Library(search_path, use_env=False).roots
+    stamp = tuple(
+        (str(path), info.st_mtime_ns, info.st_size)
+        for root in roots
+        for path in description_files(root)
+        for info in (path.stat(),)
+    )
+    held = _LIBRARIES.get(search_path)
+    if held is None or held[0] != stamp:
+        held = _LIBRARIES[search_path] = (stamp, Library(search_path, use_env=False))
+    return held[1]
 
 
 def design_columns(chip: ChipSpec, result: RunResult) -> dict[str, Any]:

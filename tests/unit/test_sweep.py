@@ -252,3 +252,23 @@ def test_software_is_a_run_axis(tmp_path: Path) -> None:
     assert list(table["software"]) == ["mxnet-20.12", "tensorrt-8"]
     # TensorRT folds batch-norms and fuses element-wise ops, and has no framework between kernels
     assert table.loc["tensorrt", "step_time_s"] < table.loc["mxnet", "step_time_s"]
+
+
+def test_a_rerun_after_a_description_changed_recomputes_its_rows(tmp_path: Path) -> None:
+    # a resumed sweep reused rows computed from the old file: a chip's HBM cut to a third kept its old times
+    chips = next(r for r in builtin_roots() if r.name == "chips")
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    text = (chips / "v100-16gb.yaml").read_text().replace("name: v100-16gb", "name: my-v100")
+    chip = lib / "my-v100.yaml"
+    chip.write_text("\n".join(line for line in text.splitlines() if not line.startswith("aliases:")))
+    data = {"schema_version": 1, "kind": "sweep", "name": "edited", "target": "my-v100",
+            "workloads": ["resnet50"], "settings": {"mode": "infer"}, "grid": {"run.batch": [8, 16]}}  # fmt: skip
+    path = write_spec(tmp_path, data)
+    before = run_sweep(path, tmp_path / "out", search_path=[str(lib)], jobs=1, progress=False)
+    assert run_sweep(path, tmp_path / "out", search_path=[str(lib)], jobs=1, progress=False).equals(before)
+    chip.write_text(chip.read_text().replace('bandwidth: "900 GB/s"', 'bandwidth: "300 GB/s"'))
+    after = run_sweep(path, tmp_path / "out", search_path=[str(lib)], jobs=1, progress=False)
+    fresh = run_sweep(path, tmp_path / "fresh", search_path=[str(lib)], jobs=1, progress=False)
+    pd.testing.assert_frame_equal(after, fresh)
+    assert (after["step_time_s"] > before["step_time_s"]).all()

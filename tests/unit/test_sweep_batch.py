@@ -21,7 +21,9 @@ from archsim.cli import main
 from archsim.spec.library import Library, builtin_roots
 from archsim.sweep import run_sweep
 from archsim.sweep.batch import batch_reason
+from archsim.sweep.expand import library_fingerprint
 from archsim.sweep.run import plan
+from archsim.sweep.worker import worker_library
 
 SWEEPS = next(r for r in builtin_roots() if r.name == "sweeps")
 
@@ -131,11 +133,13 @@ def test_acceptance_sweep_sample_and_cli(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_row_keys_are_the_canonical_json_hash() -> None:
-    """Rows stored by earlier versions keep their keys (resume compatibility): the documented hash."""
+    """A row's key is the documented hash, with the library's fingerprint (its descriptions' content)."""
     planned = plan(SWEEPS / "systolic-sram-sweep.yaml", check_variants=False)
     spec = planned.context.spec
+    fingerprint = library_fingerprint(worker_library(planned.context.search_path))
     for task in planned.tasks:
         canonical = {
+            "library": fingerprint,
             "target": task.configuration.target,
             "values": sorted([path, value] for path, value in task.configuration.values),
             "workload": task.workload.model_dump(mode="json"),
