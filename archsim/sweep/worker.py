@@ -119,16 +119,16 @@ def worker_library(search_path: tuple[str, ...]) -> Library:
     the later ones with descriptions read before they were edited: the library is rebuilt when a
     description file on the search path was added, removed, or has another size or modification time.
     """
-    roots = Library(search_path, use_env=False).roots
+    fresh = Library(search_path, use_env=False)  # cheap: its index is read when first used
     stamp = tuple(
         (str(path), info.st_mtime_ns, info.st_size)
-        for root in roots
+        for root in fresh.roots
         for path in description_files(root)
         for info in (path.stat(),)
     )
     held = _LIBRARIES.get(search_path)
     if held is None or held[0] != stamp:
-        held = _LIBRARIES[search_path] = (stamp, Library(search_path, use_env=False))
+        held = _LIBRARIES[search_path] = (stamp, fresh)
     return held[1]
 
 
