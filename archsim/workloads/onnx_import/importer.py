@@ -141,14 +141,11 @@ class Importer:
         """The op's name: the node's, else its type and index."""
         return node.name or f"{node.op_type}_{index}"
 
-    def int_list(
-        self, node: Any, attrs: dict[str, Any], key: str, default: list[Any], count: int, least: int = 1
-    ) -> list[int]:
-        """Attribute ``key`` of ``node`` (else ``default``) as ``count`` integers of at least ``least``.
+    def int_list(self, node: Any, key: str, value: Any, count: int, least: int = 1) -> list[int]:
+        """Attribute ``key`` of ``node`` (its ``value``, or the default) as ``count`` integers of at least ``least``.
 
         Anything else is a SpecError naming the node and the attribute.
         """
-        value = attrs.get(key, default)
         if (
             not isinstance(value, list)
             or len(value) != count
@@ -170,10 +167,10 @@ class Importer:
         y = self.info(node.output[0], node)
         spatial = len(w.dims or ()) - 2
         kernel = tuple(w.dims or ())[2:]
-        group = self.int_list(node, {"group": [attrs.get("group", 1)]}, "group", [], 1)[0]
-        strides = self.int_list(node, attrs, "strides", [1] * spatial, spatial)
-        dilations = self.int_list(node, attrs, "dilations", [1] * spatial, spatial)
-        pads = self.int_list(node, attrs, "pads", [0] * 2 * spatial, 2 * spatial, least=0)
+        group = self.int_list(node, "group", [attrs.get("group", 1)], 1)[0]
+        strides = self.int_list(node, "strides", attrs.get("strides", [1] * spatial), spatial)
+        dilations = self.int_list(node, "dilations", attrs.get("dilations", [1] * spatial), spatial)
+        pads = self.int_list(node, "pads", attrs.get("pads", [0] * 2 * spatial), 2 * spatial, least=0)
         assert x.dims is not None
         assert w.dims is not None
         assert y.dims is not None
