@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -62,12 +63,14 @@ the browser test, which then reads the executed copies (:func:`tests.notebooks.e
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Order the files as :data:`SCHEDULED_FIRST` says (the tests inside a file keep their order)."""
-    counts: dict[str, int] = {}
-    for item in items:
-        counts[item.nodeid.split("::")[0]] = counts.get(item.nodeid.split("::")[0], 0) + 1
+
+    def file_of(item: pytest.Item) -> str:
+        return item.nodeid.partition("::")[0]
+
+    counts = Counter(file_of(item) for item in items)
 
     def rank(item: pytest.Item) -> tuple[int, int, str]:
-        path = item.nodeid.split("::")[0]
+        path = file_of(item)
         first = SCHEDULED_FIRST.index(path) if path in SCHEDULED_FIRST else len(SCHEDULED_FIRST)
         return first, -counts[path], path
 
