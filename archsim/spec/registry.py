@@ -283,6 +283,12 @@ def _load() -> None:
         raise
 
 
+def plugin_modules() -> list[str]:
+    """The plug-in family modules named (entry points, then :data:`ENV_VAR`), in load order, none imported."""
+    named = [point.value.split(":")[0].strip() for point in entry_points_of(ENTRY_POINT_GROUP)]
+    return named + [m.strip() for m in os.environ.get(ENV_VAR, "").split(",") if m.strip()]
+
+
 def _builtin_alone(name: str) -> FamilyDefinition | None:
     """The built-in family ``name``, importing its module alone, when no plug-in could replace it.
 

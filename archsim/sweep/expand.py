@@ -15,11 +15,13 @@ replace the originals, with the run arguments the ``run.`` values and the settin
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import itertools
 import json
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast, get_args
 
 from pydantic import BaseModel, ValidationError
@@ -28,7 +30,7 @@ from archsim.errors import ArchsimError, LookupFailed, SpecError, UnitError
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Precision
 from archsim.spec.library import SPEC_CLASSES, Entry, Library
-from archsim.spec.registry import family_definition
+from archsim.spec.registry import family_definition, plugin_modules
 from archsim.spec.sweep import RunSettings, SweepSpec, WorkloadEntry
 from archsim.spec.yamlio import validate
 from archsim.sweep.constraints import Constraint
@@ -76,17 +78,21 @@ def task_key(spec: SweepSpec, configuration: Configuration, workload: WorkloadEn
 
 
 def library_fingerprint(library: Library) -> str:
-    """A hash of archsim's version and the content of every description file on ``library``'s search path.
+    """A hash of archsim's version, its plug-in family modules' code and every description on ``library``'s path.
 
     What a row's result depends on besides the sweep: the descriptions its target, workload, family,
-    memory, links and software stack come from. Any edit to any of them changes it (a conservative
-    key: the rows of a sweep whose own descriptions did not change are recomputed too). Plug-in
-    families' code and archsim's own code between versions are not covered.
+    memory, links and software stack come from, and the code of the plug-in families
+    (:func:`~archsim.spec.registry.plugin_modules`, each module's source file). Any edit to any of them
+    changes it (a conservative key: the rows of a sweep whose own descriptions did not change are
+    recomputed too). archsim's own code between two commits of one version is not covered.
     """
     from archsim import __version__
     from archsim.limits import description_files
 
     digest = hashlib.sha256(__version__.encode())
+    for module in plugin_modules():
+        digest.update(f"plug-in:{module}:".encode())
+        digest.update(_module_source_digest(module))
     for number, root in enumerate(library.roots):
         for path in sorted(description_files(root)):
             digest.update(f"{number}:{path.relative_to(root).as_posix()}:".encode())
@@ -96,6 +102,21 @@ def library_fingerprint(library: Library) -> str:
                 raise LookupFailed(str(path), "search path", f"cannot read: {err.strerror or err}") from None
             digest.update(hashlib.sha256(content).digest())
     return digest.hexdigest()[:32]
+
+
+def _module_source_digest(module: str) -> bytes:
+    """A hash of ``module``'s source file, found without importing it (empty for one without a file)."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):  # its parent package is missing: the run itself names the module
+        return b""
+    origin = spec.origin if spec is not None and spec.has_location else None
+    if origin is None:
+        return b""
+    try:
+        return hashlib.sha256(Path(origin).read_bytes()).digest()
+    except OSError as err:
+        raise LookupFailed(origin, "plug-in family", f"cannot read: {err.strerror or err}") from None
 
 
 class TaskKeys:

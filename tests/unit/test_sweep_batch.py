@@ -148,3 +148,18 @@ def test_row_keys_are_the_canonical_json_hash() -> None:
         }
         text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), allow_nan=False)
         assert task.key == hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def test_the_fingerprint_covers_the_plug_in_families_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Editing a plug-in family's module changes every row's key: its rows were priced by the old code."""
+    library = Library()
+    module = tmp_path / "my_family_module.py"
+    module.write_text("EFFICIENCY = 0.5\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    without = library_fingerprint(library)
+    monkeypatch.setenv("ARCHSIM_FAMILIES", "my_family_module")
+    named = library_fingerprint(library)
+    assert named != without
+    assert library_fingerprint(library) == named  # the file, not the moment, decides it
+    module.write_text("EFFICIENCY = 0.6\n")
+    assert library_fingerprint(library) not in (named, without)
