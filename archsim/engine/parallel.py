@@ -28,7 +28,7 @@ for it. Link statistics and timelines attach to that network as observers (``obs
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -78,9 +78,13 @@ class CommLog:
     lanes: list[Lane] = field(default_factory=list)
     """Every lane the step's traffic could use, in creation order."""
 
-    def busy_s(self) -> float:
-        """Seconds during which any collective or transfer was in flight (union of intervals)."""
-        spans = sorted((c.start_s, c.end_s) for c in (*self.collectives, *self.transfers))
+    def busy_s(self, in_stream: Iterable[tuple[float, float]] = ()) -> float:
+        """Seconds during which any collective or transfer was in flight (union of intervals).
+
+        ``in_stream``: the (start, end) of the collectives a chip's stream ran as ops (tensor and
+        expert parallelism), which the log does not hold.
+        """
+        spans = sorted([*((c.start_s, c.end_s) for c in (*self.collectives, *self.transfers)), *in_stream])
         total, cursor = 0.0, float("-inf")
         for start, end in spans:
             if end > cursor:

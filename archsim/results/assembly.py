@@ -190,6 +190,7 @@ def build_system_result(
     scaling_note: str | None,
     comm_s: float,
     exposed_comm_s: float,
+    stream_exposed_s: float = 0.0,
     bubble_s: float,
     bubble_fraction: float,
     links: Sequence[LinkRecord],
@@ -203,7 +204,9 @@ def build_system_result(
     ``trace`` is one microbatch's (the per-chip batch when not pipelined); ``batch`` is the per-replica
     batch; ``entries`` the representative ops with their timings and stages; ``single_chip_step_s``
     the step time of one chip running the same per-replica batch alone, or None with ``scaling_note``
-    saying why one chip cannot; ``memory`` what the chip that holds the most holds.
+    saying why one chip cannot; ``memory`` what the chip that holds the most holds. ``exposed_comm_s``
+    is what the links add to the step and ``stream_exposed_s`` what the in-stream collectives add (whose
+    ops already count under ``communication`` in ``time_by_bound``): the result's ``exposed_comm_s`` is both.
     """
     layers = tuple(LayerRecord.of(op, t, chip.clock, stage) for op, t, stage in entries)
     timings = [t for _, t, _ in entries]
@@ -253,7 +256,7 @@ def build_system_result(
         scaling_efficiency=None if single is None else _ratio(throughput, num_chips * single),
         scaling_note=scaling_note,
         comm_s=comm_s,
-        exposed_comm_s=exposed_comm_s,
+        exposed_comm_s=exposed_comm_s + stream_exposed_s,
         bubble_s=bubble_s,
         bubble_fraction=bubble_fraction,
         links=tuple(links),

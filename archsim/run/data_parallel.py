@@ -23,7 +23,7 @@ from archsim.run.expert_parallel import EXPERT_PARALLEL_NOTE, expert_data_fabric
 from archsim.run.pipeline import stage_needs
 from archsim.run.remedies import system_changes
 from archsim.run.system_result import notify, system_result
-from archsim.run.tensor_parallel import TENSOR_PARALLEL_NOTE
+from archsim.run.tensor_parallel import TENSOR_PARALLEL_NOTE, FreeStreamComm, stream_spans
 from archsim.spec.system import Algorithm
 from archsim.workloads.expert_parallel import is_expert_gradient
 from archsim.workloads.trace import CommGroup, Trace
@@ -46,6 +46,10 @@ def data_parallel(context: SystemContext, trace: Trace) -> RunResult:
     compute = compute_only(step if sharded else trace)
     single = replay(compute, model, context.issue_s)
     single_end = max((t.end_s for t in single), default=0.0)
+    stream_exposed_s = 0.0  # what the in-stream collectives add over the same step with none
+    if any(op.comm is not None and op.comm.in_stream for op in compute.ops):
+        free = replay(compute, FreeStreamComm(model), context.issue_s)
+        stream_exposed_s = max(0.0, single_end - max(t.end_s for t in free))
     costs = iter(t.cost for t in single)
     statistics = LinkStatistics()
     outcome = data_parallel_step(
@@ -72,6 +76,7 @@ def data_parallel(context: SystemContext, trace: Trace) -> RunResult:
         statistics,
         exposed_s=max(0.0, outcome.end_s - single_end),
         bubble=(0.0, 0.0),
+        in_stream=(stream_spans((op, t.start_s, t.end_s) for op, t, _ in entries), stream_exposed_s),
     )
     notify(context, [[(op.name, t.start_s, t.end_s, op.phase.value) for op, t, _ in entries]], outcome.comm)
     return result

@@ -24,7 +24,7 @@ from archsim.run.context import SystemContext
 from archsim.run.expert_parallel import EXPERT_PARALLEL_NOTE, expert_data_fabric
 from archsim.run.remedies import system_changes
 from archsim.run.system_result import notify, system_result
-from archsim.run.tensor_parallel import TENSOR_PARALLEL_NOTE
+from archsim.run.tensor_parallel import TENSOR_PARALLEL_NOTE, FreeStreamComm, stream_spans
 from archsim.workloads.expert_parallel import is_expert_gradient
 from archsim.workloads.memory import memory_per_chip, resident_bytes
 from archsim.workloads.microbatches import BlockKind, pipeline_programs
@@ -83,6 +83,11 @@ def pipelined(context: SystemContext, trace: Trace, microbatches: int) -> RunRes
     priced = price_programs(programs, models, context.issue_s)
     outcome = pipeline_step(priced, placement, comm, observers, True, expert_placement)
     free = pipeline_step(priced, placement, comm, communicate=False)
+    in_stream = stream_blocks(outcome, priced)
+    stream_exposed_s = 0.0  # what the in-stream collectives add over the same step with none
+    if in_stream:
+        priced_free = price_programs(programs, [FreeStreamComm(m) for m in models], context.issue_s)
+        stream_exposed_s = free.end_s - pipeline_step(priced_free, placement, comm, communicate=False).end_s
     entries, stage_spans = _pipeline_entries(trace, stages, outcome, priced)
     chip_spans = [
         sorted((s for spans in stage_spans[d::chips] for s in spans), key=lambda s: s[1]) for d in range(chips)
@@ -106,6 +111,7 @@ def pipelined(context: SystemContext, trace: Trace, microbatches: int) -> RunRes
         statistics,
         exposed_s=max(0.0, outcome.end_s - free.end_s),
         bubble=(bubble_s, bubble_s / flush if flush > 0 else 0.0),
+        in_stream=(in_stream, max(0.0, stream_exposed_s)),
     )
     if chunks > 1:
         result = replace(result, interleave=chunks)
@@ -202,6 +208,20 @@ def expert_group(context: SystemContext) -> tuple[int, Placement | None]:
     t = placement.tensor_parallel
     fabric = expert_data_fabric(context.fabric, t * placement.stages, ep)
     return width, place(fabric, placement.stages, context.source, t)
+
+
+def stream_blocks(outcome: PipelineOutcome, priced: PricedPrograms) -> list[tuple[float, float]]:
+    """The (start, end) of every in-stream collective of every block the stages ran (every microbatch's)."""
+    passes = {(seg.of.stage, seg.of.kind): seg.ops.ops for program in priced.programs for seg in program.segments}
+    spans: list[tuple[float, float]] = []
+    for block in outcome.tasks:
+        ops = passes.get((block.stage, block.kind))
+        if ops is None:  # an update
+            continue
+        timings = priced.timings[(block.stage, block.kind)]
+        at = block.start_s
+        spans += stream_spans((op, at + t.start_s, at + t.end_s) for op, t in zip(ops, timings, strict=True))
+    return spans
 
 
 def _pipeline_entries(

@@ -36,11 +36,15 @@ def system_result(
     statistics: LinkStatistics,
     exposed_s: float,
     bubble: tuple[float, float],
+    in_stream: tuple[Sequence[tuple[float, float]], float] = ((), 0.0),
 ) -> RunResult:
     """The result of a step of ``trace`` (one microbatch's) on the context's system.
 
     ``single_step`` is one chip's time for the same per-replica batch, or why one chip cannot run it;
-    ``memory`` what the chip that holds the most holds.
+    ``memory`` what the chip that holds the most holds; ``exposed_s`` what the links add to the step
+    (over the same step with free links). ``in_stream`` is the (start, end) of every collective the
+    chips' streams ran as ops (tensor and expert parallelism), which count in ``comm_s``, and what they
+    add to the step (over the same step with them free), which counts in ``exposed_comm_s``.
     """
     step_s = ops_time_s + context.step_overhead_s
     collectives = sorted(comm.collectives, key=lambda c: (c.start_s, c.stage, c.name))
@@ -65,8 +69,9 @@ def system_result(
         memory=memory,
         single_chip_step_s=single_step if isinstance(single_step, float) else None,
         scaling_note=single_step if isinstance(single_step, str) else None,
-        comm_s=comm.busy_s(),
+        comm_s=comm.busy_s(in_stream[0]),
         exposed_comm_s=exposed_s,
+        stream_exposed_s=in_stream[1],
         software=context.software.name,
         input_samples_per_s=context.software.input_pipeline,
         bubble_s=bubble[0],

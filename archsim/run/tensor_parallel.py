@@ -16,7 +16,7 @@ when both are busy at once (Megatron runs data-parallel all-reduces after the ba
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -122,3 +122,47 @@ class StreamCommModel:
             unit=Unit.MATRIX,
             communication_s=seconds,
         )
+
+
+@dataclass
+class FreeStreamComm:
+    """A chip's model with free links: in-stream collectives take no time, the rest is ``inner``'s.
+
+    The reference a step's ``exposed_comm_s`` is measured against: the same step, its tensor- and
+    expert-parallel calls costing nothing.
+    """
+
+    inner: CostModel
+    chip: ChipSpec = field(init=False)
+    """The inner model's chip."""
+    precision: Precision = field(init=False)
+    """The inner model's precision."""
+    separate_units: bool = field(init=False)
+    """As the inner model's."""
+
+    def __post_init__(self) -> None:
+        self.chip, self.precision, self.separate_units = (
+            self.inner.chip,
+            self.inner.precision,
+            self.inner.separate_units,
+        )
+
+    def cost(self, op: Op) -> OpCost:
+        """Nothing for an in-stream collective; else ``inner``'s cost."""
+        if op.comm is None or not op.comm.in_stream:
+            return self.inner.cost(op)
+        return OpCost(
+            time_s=0.0,
+            compute_s=0.0,
+            memory_s=0.0,
+            overhead_s=0.0,
+            dram_bytes=0,
+            roofline_s=0.0,
+            bound=Bound.COMMUNICATION,
+            unit=Unit.MATRIX,
+        )
+
+
+def stream_spans(timed: Iterable[tuple[Op, float, float]]) -> list[tuple[float, float]]:
+    """The (start, end) of each in-stream collective among ``(op, start_s, end_s)``."""
+    return [(start, end) for op, start, end in timed if op.comm is not None and op.comm.in_stream]

@@ -202,3 +202,17 @@ def test_the_human_summary_names_the_layout(capsys: pytest.CaptureFixture[str]) 
     code, out, err = run_cli(capsys, *argv, "--batch", "2")
     assert code == 0, err
     assert "tensor par.   2 chips per layer" in out and "% MFU" in out and "tokens/s" in out
+
+
+def test_in_stream_collectives_count_as_communication(library: Library) -> None:
+    """A tensor-parallel step's all-reduces are in ``comm_s`` and ``exposed_comm_s``, not only in ``time_by_bound``."""
+    for pipeline in ({}, {"pipeline_stages": 2, "microbatches": 4}):
+        tp = simulate("dgx-a100", "gpt3-1.3b", "train", 4, seq_len=512, tensor_parallel=4, library=library, **pipeline)
+        calls = [layer.end_s - layer.start_s for layer in tp.layers if layer.bound == "communication"]
+        assert calls and all(t > 0 for t in calls)
+        # every call of the step is in flight while comm_s runs: at least the first microbatch's on one chip
+        assert tp.comm_s >= sum(calls) * (1 - 1e-9)
+        assert 0 < tp.exposed_comm_s <= tp.step_time_s
+    plain = simulate("dgx-a100", "gpt3-1.3b", "train", 4, seq_len=512, tensor_parallel=4, library=library)
+    # the in-stream calls are counted once: their ops, plus what the links expose
+    assert plain.exposed_comm_s == pytest.approx(plain.time_by_bound["communication"], rel=1e-9)
