@@ -212,15 +212,17 @@ def expert_group(context: SystemContext) -> tuple[int, Placement | None]:
 
 def stream_blocks(outcome: PipelineOutcome, priced: PricedPrograms) -> list[tuple[float, float]]:
     """The (start, end) of every in-stream collective of every block the stages ran (every microbatch's)."""
-    passes = {(seg.of.stage, seg.of.kind): seg.ops.ops for program in priced.programs for seg in program.segments}
+    relative: dict[tuple[int, BlockKind], list[tuple[float, float]]] = {}  # per pass, from its block's start
+    for program in priced.programs:
+        for segment in program.segments:
+            key = (segment.of.stage, segment.of.kind)
+            if key not in relative:
+                timed = zip(segment.ops.ops, priced.timings[key], strict=True)
+                relative[key] = stream_spans((op, t.start_s, t.end_s) for op, t in timed)
     spans: list[tuple[float, float]] = []
     for block in outcome.tasks:
-        ops = passes.get((block.stage, block.kind))
-        if ops is None:  # an update
-            continue
-        timings = priced.timings[(block.stage, block.kind)]
         at = block.start_s
-        spans += stream_spans((op, at + t.start_s, at + t.end_s) for op, t in zip(ops, timings, strict=True))
+        spans += [(at + start, at + end) for start, end in relative.get((block.stage, block.kind), ())]
     return spans
 
 
