@@ -6,13 +6,16 @@ enumerates every layout that tiles the chips: tensor parallel ``T`` (dividing th
 group never leaves its NVLink or IPU-Link domain), pipeline stages ``P`` (at most the model's
 layers), data parallel ``D = chips / (T P)`` dividing the global batch, a micro-batch size ``b``
 dividing the replica's batch (``m = B / (D b)`` microbatches), ZeRO stage, recomputation, and
-sequence parallelism where ``T > 1``.
+sequence parallelism where ``T > 1``; for a mixture of experts also expert parallel ``E`` (dividing
+both ``D`` and the expert count: ``E`` replicas share the experts, each holding ``1/E`` of them), without
+ZeRO (not modelled with expert parallelism).
 
 Each layout then goes through two cheap bounds before any simulation:
 
 * **memory**: the model state a chip cannot avoid holding -- weights, gradients, fp32 master weights
   and optimizer moments, at the bytes per parameter archsim's memory model uses
-  (:mod:`archsim.workloads.training`), divided by ``T P`` and, for the parts ZeRO shards, by ``D`` --
+  (:mod:`archsim.workloads.training`), divided by ``T P`` (the experts' also by ``E``) and, for the
+  parts ZeRO shards, by ``D`` --
   is a lower bound of what the chip needs (activations, buffers and uneven stages only add to it), so a
   layout whose bound exceeds the chip's memory cannot fit and is dropped;
 * **time**: no step is shorter than its matrix FLOPs at every chip's peak, stretched by the pipeline's
@@ -44,7 +47,7 @@ from archsim.run.target import fabric_for, resolve
 from archsim.spec.common import BITS_PER_BYTE, Precision
 from archsim.spec.library import Library
 from archsim.spec.model import DecoderSection
-from archsim.workloads.decoder import layer_matrix_parameters, matrix_flops
+from archsim.workloads.decoder import ffn_matrix_parameters, layer_matrix_parameters, matrix_flops
 from archsim.workloads.trace import Mode
 from archsim.workloads.training import MASTER_BYTES, OPTIMIZER_COST
 
@@ -76,6 +79,8 @@ class Layout:
     zero: int
     recompute: str
     sequence_parallel: bool
+    expert_parallel: int = 1
+    """Replicas that share a mixture of experts' experts (1: each holds them all)."""
 
     def arguments(self) -> dict[str, Any]:
         """Keyword arguments of :func:`archsim.simulate` (batch: the replica's)."""
@@ -88,6 +93,7 @@ class Layout:
             "microbatches": self.microbatches if accumulates else None,
             "zero": self.zero,
             "recompute": self.recompute,
+            "expert_parallel": self.expert_parallel,
         }
 
     @property
@@ -96,10 +102,11 @@ class Layout:
         return 2 * self.pipeline_stages * self.microbatches
 
     def label(self) -> str:
-        """``TP 8 (SP) x PP 8 x DP 16, b 1 x m 96, ZeRO 1, recompute full``."""
+        """``TP 8 (SP) x PP 8 x DP 16, b 1 x m 96, ZeRO 1, recompute full`` (``x DP 16 (EP 4)`` with experts shared)."""
         sp = " (SP)" if self.sequence_parallel else ""
+        ep = f" (EP {self.expert_parallel})" if self.expert_parallel > 1 else ""
         return (
-            f"TP {self.tensor_parallel}{sp} x PP {self.pipeline_stages} x DP {self.data_parallel}, "
+            f"TP {self.tensor_parallel}{sp} x PP {self.pipeline_stages} x DP {self.data_parallel}{ep}, "
             f"b {self.micro_batch} x m {self.microbatches}, ZeRO {self.zero}, recompute {self.recompute}"
         )
 
@@ -160,23 +167,27 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def layouts(chips: int, first_tier: int, layers: int, global_batch: int) -> Iterator[Layout]:
-    """Every layout of ``chips`` that tiles them and splits ``global_batch`` (see the module docstring)."""
+def layouts(chips: int, first_tier: int, layers: int, global_batch: int, experts: int = 1) -> Iterator[Layout]:
+    """Every layout of ``chips`` that tiles them and splits ``global_batch`` (see the module docstring).
+
+    ``experts``: the model's experts per mixture (1: a dense model, no expert parallelism).
+    """
     for tp in divisors(first_tier):
         for pp in divisors(chips // tp) if chips % tp == 0 else []:
             dp = chips // (tp * pp)
             if pp > layers or global_batch % dp:
                 continue
             replica = global_batch // dp
-            for b in MICRO_BATCHES:
+            shared = [ep for ep in divisors(dp) if experts % ep == 0] if experts > 1 else [1]
+            for b, ep in itertools.product(MICRO_BATCHES, shared):
                 if replica % b:
                     continue
                 for zero, recompute, sp in itertools.product(ZERO_STAGES, RECOMPUTE, (False, True)):
                     if sp and tp == 1:
                         continue
-                    if zero and (dp == 1 or pp > 1 or replica > b):
-                        continue  # ZeRO shards over data-parallel replicas, and runs without pipeline or accumulation
-                    yield Layout(tp, pp, dp, b, replica // b, zero, recompute, sp)
+                    if zero and (dp == 1 or pp > 1 or replica > b or ep > 1):
+                        continue  # ZeRO shards over data-parallel replicas, without pipeline, accumulation or EP
+                    yield Layout(tp, pp, dp, b, replica // b, zero, recompute, sp, ep)
 
 
 def state_bytes_per_parameter(precision: Precision, optimizer_state: int) -> tuple[float, float, int]:
@@ -189,10 +200,13 @@ def state_bytes_per_parameter(precision: Precision, optimizer_state: int) -> tup
     return element, element, master + optimizer_state
 
 
-def memory_bound(layout: Layout, parameters: int, per_parameter: tuple[float, float, int]) -> float:
+def memory_bound(
+    layout: Layout, parameters: int, per_parameter: tuple[float, float, int], expert_parameters: int = 0
+) -> float:
     """Bytes of model state a chip of ``layout`` holds at least.
 
-    ZeRO 1 shards the update-only state over the data-parallel group, 2 also gradients, 3 also weights.
+    ZeRO 1 shards the update-only state over the data-parallel group, 2 also gradients, 3 also weights;
+    ``expert_parameters`` (of ``parameters``) are also split over the expert-parallel group.
     """
     weights, gradients, update = per_parameter
     dp = layout.data_parallel
@@ -201,7 +215,13 @@ def memory_bound(layout: Layout, parameters: int, per_parameter: tuple[float, fl
         + gradients / (dp if layout.zero >= 2 else 1)
         + update / (dp if layout.zero >= 1 else 1)
     )
-    return parameters * held / (layout.tensor_parallel * layout.pipeline_stages)
+    shard = parameters - expert_parameters + expert_parameters / layout.expert_parallel
+    return shard * held / (layout.tensor_parallel * layout.pipeline_stages)
+
+
+def expert_parameters(cfg: DecoderSection) -> int:
+    """Weights of every layer's experts (0 for a dense model): what expert parallelism splits."""
+    return 0 if cfg.moe is None else cfg.layers * cfg.moe.experts * ffn_matrix_parameters(cfg)
 
 
 def recompute_flops(cfg: DecoderSection, recompute: str, batch: int, seq_len: int) -> int:
@@ -269,15 +289,18 @@ def plan(
     report = PlanReport(resolved.name, model.name, chips, global_batch, [])
     candidates: list[tuple[float, int, Layout]] = []
     order = {name: i for i, name in enumerate(RECOMPUTE)}
-    for layout in layouts(chips, first_tier, decoder.layers, global_batch):
+    experts = 1 if decoder.moe is None else decoder.moe.experts
+    for layout in layouts(chips, first_tier, decoder.layers, global_batch, experts):
         report.enumerated += 1
-        if memory_bound(layout, parameters, per_parameter) > capacity:
+        if memory_bound(layout, parameters, per_parameter, expert_parameters(decoder)) > capacity:
             report.over_memory_bound += 1
             continue
         flops = step_flops + recompute_flops(decoder, layout.recompute, global_batch, seq)
         bound = time_bound(layout, flops, chips, chip.peak[run_precision])
         candidates.append((bound, order[layout.recompute], layout))
-    candidates.sort(key=lambda c: (c[0], c[1], c[2].zero, c[2].tensor_parallel, c[2].pipeline_stages))
+    candidates.sort(
+        key=lambda c: (c[0], c[1], c[2].zero, c[2].tensor_parallel, c[2].pipeline_stages, c[2].expert_parallel)
+    )
     found: list[Planned] = []
     for index, (bound, _, layout) in enumerate(candidates):
         if len(found) >= top and found[top - 1].result.step_time_s <= bound:

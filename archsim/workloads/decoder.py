@@ -90,11 +90,16 @@ def kv_bytes_per_token(cfg: DecoderSection, precision: Precision) -> int:
     return precision.nbytes(2 * cfg.layers * cfg.kv_heads * cfg.head_size)
 
 
+def ffn_matrix_parameters(cfg: DecoderSection) -> int:
+    """Weights of one feed-forward network's products (one expert's, with a mixture of experts)."""
+    return (3 if cfg.activation is Activation.SWIGLU else 2) * cfg.hidden * cfg.ffn
+
+
 def layer_matrix_parameters(cfg: DecoderSection, active: bool) -> int:
     """Weights of one layer's matrix products (biases and norms not counted); ``active``: k of E experts."""
     h, d = cfg.hidden, cfg.head_size
     attention = h * (cfg.heads + 2 * cfg.kv_heads) * d + cfg.heads * d * h
-    ffn = (3 if cfg.activation is Activation.SWIGLU else 2) * h * cfg.ffn
+    ffn = ffn_matrix_parameters(cfg)
     if cfg.moe is None:
         return attention + ffn
     experts = cfg.moe.top_k if active else cfg.moe.experts

@@ -51,6 +51,45 @@ def test_layouts_leave_out_what_does_not_divide() -> None:
     assert not any(layout.data_parallel == 64 for layout in layouts(64, 8, 24, 96))
 
 
+def test_a_mixture_of_experts_adds_expert_parallel_layouts() -> None:
+    dense = list(layouts(32, 8, 32, 256))
+    assert {layout.expert_parallel for layout in dense} == {1}
+    moe = list(layouts(32, 8, 32, 256, experts=8))
+    assert {layout.expert_parallel for layout in moe} == {1, 2, 4, 8}
+    for layout in moe:
+        # the experts' group is made of replicas and splits the experts evenly; ZeRO is not modelled with it
+        assert layout.data_parallel % layout.expert_parallel == 0 and 8 % layout.expert_parallel == 0
+        assert not (layout.zero and layout.expert_parallel > 1)
+    assert {layout for layout in moe if layout.expert_parallel == 1} == set(dense)
+    assert "x DP 8 (EP 4)," in Layout(4, 1, 8, 1, 32, 0, "none", False, 4).label()
+
+
+def test_memory_bound_splits_the_experts_over_the_expert_parallel_group() -> None:
+    per = state_bytes_per_parameter(Precision.BF16, 8)
+    alone = memory_bound(Layout(2, 1, 8, 1, 1, 0, "full", False), 1000, per, expert_parameters=800)
+    shared = memory_bound(Layout(2, 1, 8, 1, 1, 0, "full", False, 4), 1000, per, expert_parameters=800)
+    assert alone == pytest.approx(16 * 1000 / 2)
+    assert shared == pytest.approx(16 * (200 + 800 / 4) / 2)
+
+
+def test_plan_finds_expert_parallel_layouts_for_mixtral(library: Library) -> None:
+    calls: list[dict[str, Any]] = []
+    report = plan("dgx-h100", "mixtral-8x7b", 256, library, nodes=4, seq_len=4096, top=3, simulate=_fake(calls))
+    assert any(call["expert_parallel"] > 1 for call in calls)
+    assert report.over_memory_bound > 0  # 16 bytes per parameter of 46.7 B: some splits cannot hold it
+    assert report.best
+
+
+def test_an_expert_parallel_layout_runs_through_the_simulator(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["dgx-h100", "mixtral-8x7b", "--global-batch", "64", "--nodes", "2", "--seq-len", "1024"]
+    code, out, err = run_cli(capsys, "plan", *argv, "--max-runs", "1", "--top", "1", "--json")
+    assert code == 0, err
+    (best,) = json.loads(out)["layouts"]
+    assert best["expert_parallel"] > 1  # the fastest bound: EP keeps TP small
+    assert best["result"]["expert_parallel"] == best["expert_parallel"]
+    assert best["result"]["memory_per_chip"]["total"] <= best["result"]["memory_capacity_bytes"]
+
+
 def test_memory_bound_divides_by_model_parallel_and_zero_shards() -> None:
     per = state_bytes_per_parameter(Precision.FP16, 8)
     assert per == (2, 2, 12)  # fp16 weights and gradients, fp32 master and Adam's two moments
