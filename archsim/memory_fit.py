@@ -174,9 +174,9 @@ def check_needs(
     workload fixes its batch). The message names the largest batch that fits and the options that
     would make this one fit, each checked. A decoder's training step names instead the smallest
     change that fits, the first of (:func:`smallest_change`): full recomputation, ``changes`` in
-    their order (what only the run layer can check: a higher ZeRO stage, more pipeline stages; tensor
-    parallelism joins there; None on a chip, whose message then says what a system could change), a
-    smaller (micro-)batch.
+    their order (what only the run layer can check: a higher ZeRO stage or tensor-parallel degree, more
+    pipeline stages; None on a chip, whose message then says what a system could change), a smaller
+    (micro-)batch.
     """
 
     def all_fit(candidate: Trace, option: StreamingMemory) -> bool:
@@ -222,7 +222,9 @@ def check_needs(
         named = smallest_change(ordered)
         problem += "; " + named
         if changes is None:  # a chip: what a system could change is not checked here
-            problem += "; on a system, --zero or --pipeline-stages divide its training state"
+            problem += "; on a system, --zero, --tensor-parallel or --pipeline-stages divide its training state"
+        elif named.startswith("none of"):
+            problem += " (archsim plan searches layouts that combine them)"
         remedies = [r for r in remedies if r != "--recompute"]
         if remedies:
             also = " also" if named.startswith("the smallest") else ""

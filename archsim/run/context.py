@@ -24,7 +24,7 @@ from archsim.spec.efficiency import Efficiency
 from archsim.spec.registry import FamilyEfficiency
 from archsim.spec.software import SoftwareSpec
 from archsim.workloads.memory import resident_bytes
-from archsim.workloads.options import Recompute, TraceOptions
+from archsim.workloads.options import TraceOptions
 from archsim.workloads.trace import CommOp, Mode, Trace
 from archsim.workloads.transforms import DEFAULT_BUCKET_BYTES
 
@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # the multi-chip engine's types: a one-chip run never loads t
     from archsim.run.observers import RunObserver
     from archsim.run.tensor_parallel import GroupCalls
     from archsim.spec.system import SystemSpec
+    from archsim.workloads.rebuild import Rebuilder
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ class SystemContext:
     watchers: tuple[RunObserver, ...]
     """The run's observers, attached by its caller (:mod:`archsim.run.observers`)."""
     mode: Mode
-    rebuild: Callable[[int, Recompute], Trace] | None
+    rebuild: Rebuilder | None
     software: SoftwareSpec
     plan_comm: Callable[[CommOp], CommPlan | None]
     """How the collective library runs one of the trace's own collectives (a Chakra ET's)."""

@@ -2,9 +2,10 @@
 
 :func:`archsim.memory_fit.check_needs` names, for a decoder's training step that does not fit, the
 first change that would make it fit, in this order: full recomputation (it checks that itself), the
-changes listed here -- a higher ZeRO stage when the run is data parallel, then more pipeline stages
---, then a smaller (micro-)batch. Another parallelism joins by adding its :class:`~archsim.memory_fit.Change`
-to :func:`system_changes` in its place in that order.
+changes listed here -- a higher ZeRO stage when the run is data parallel, a higher tensor-parallel
+degree, then more pipeline stages --, then a smaller (micro-)batch. Each is checked alone (``archsim
+plan`` searches the layouts that combine them). Another parallelism joins by adding its
+:class:`~archsim.memory_fit.Change` to :func:`system_changes` in its place in that order.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from dataclasses import replace
 from functools import partial
 
 from archsim.errors import UsageError
-from archsim.memory_fit import Change, Need, fits
+from archsim.memory_fit import Change, Need, fits, trace_needs
 from archsim.models.placement import place
 from archsim.run.context import SystemContext
+from archsim.workloads.memory import trace_recompute
 from archsim.workloads.trace import Mode, Trace
 from archsim.workloads.zero import ZERO_STAGES, zero_memory
 
@@ -76,6 +78,45 @@ def pipeline_changes(context: SystemContext, trace: Trace, stage_needs: StageNee
     return changes
 
 
+def tensor_parallel_changes(context: SystemContext, trace: Trace, stage_needs: StageNeeds) -> list[Change]:
+    """Each higher tensor-parallel degree dividing the system's first tier, the rest of the layout kept.
+
+    The step is rebuilt with every layer split ``T`` ways (:meth:`~archsim.workloads.rebuild.Rebuilder.
+    sharded`) and placed again: ``T`` chips of a replica fewer replicas. Decoders only (the only
+    models archsim splits), and not with ZeRO, whose sharding the data-parallel width sets.
+    """
+    rebuild, tiers = context.rebuild, context.fabric.tiers
+    if rebuild is None or context.options.zero or not tiers or trace.meta.get("architecture") != "decoder":
+        return []
+    current, stages = context.placement.tensor_parallel, context.options.pipeline_stages
+    recompute = trace_recompute(trace)
+    changes: list[Change] = []
+    for degree in range(current + 1, tiers[0].size + 1):
+        if tiers[0].size % degree:
+            continue
+        try:
+            placement = place(context.fabric, stages, context.source, degree)
+        except UsageError:
+            continue
+        if placement.data_parallel % context.options.trace.expert_parallel:
+            continue
+        trace_options = replace(context.options.trace, tensor_parallel=degree)
+        sharded = replace(context, options=replace(context.options, trace=trace_options), placement=placement)
+
+        def fits_with(sharded: SystemContext = sharded, degree: int = degree) -> bool:
+            shard = rebuild.sharded(degree)(trace.batch, recompute)
+            if stages == 1:
+                return all_fit(sharded, trace_needs(shard))
+            return all_fit(sharded, stage_needs(sharded, shard, sharded.options.microbatches or 4 * stages))
+
+        changes.append(Change(f"--tensor-parallel {degree}", fits_with))
+    return changes
+
+
 def system_changes(context: SystemContext, trace: Trace, stage_needs: StageNeeds) -> list[Change]:
     """The changes a refusal on a system may name, in the order it prefers them (see the module)."""
-    return [*zero_changes(context, trace), *pipeline_changes(context, trace, stage_needs)]
+    return [
+        *zero_changes(context, trace),
+        *tensor_parallel_changes(context, trace, stage_needs),
+        *pipeline_changes(context, trace, stage_needs),
+    ]

@@ -12,7 +12,7 @@ in the SimPy engine (:func:`archsim.run.system.system_step`: data parallel or pi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from archsim import memory_fit
@@ -34,11 +34,11 @@ from archsim.spec.registry import FamilyEfficiency
 from archsim.stack import is_kernel, run_stack
 from archsim.uncertainty import with_error_bars
 from archsim.workloads.memory import resident_bytes
-from archsim.workloads.options import Recompute
 from archsim.workloads.trace import Mode, Trace
 
 if TYPE_CHECKING:  # a plain run attaches no observer: the module is loaded where one is used
     from archsim.run.observers import RunObserver
+    from archsim.workloads.rebuild import Rebuilder
 
 ONE_CHIP_OPTIONS = SystemOptions()
 """A trace replayed as built: one batch per step, nothing in streaming memory, the chip's default stack."""
@@ -53,7 +53,7 @@ def replay_on_target(
     microbatches: int | None = None,
     observers: Sequence[RunObserver] = (),
     family_efficiency: Efficiency | None = None,
-    rebuild: Callable[[int, Recompute], Trace] | None = None,
+    rebuild: Rebuilder | None = None,
 ) -> RunResult:
     """Replay an already built trace (one chip's, one microbatch's when pipelined) on ``target``'s system.
 
@@ -86,7 +86,7 @@ def one_chip_step(
     options: SystemOptions,
     observers: Sequence[RunObserver],
     family_efficiency: Efficiency | None,
-    rebuild: Callable[[int, Recompute], Trace] | None,
+    rebuild: Rebuilder | None,
 ) -> RunResult:
     """A step of ``trace`` on a system of one chip, before :func:`finished` (see :func:`replay_on_target`)."""
     check_trace_ops(len(trace.ops), trace.name)

@@ -25,14 +25,15 @@ from archsim.run.replay import replay_on_target
 from archsim.run.request import RunRequest
 from archsim.run.target import Target, fabric_for, resolve
 from archsim.spec.chip import ChipSpec
-from archsim.spec.common import Precision, StreamingMemory
+from archsim.spec.common import StreamingMemory
 from archsim.spec.efficiency import Efficiency
 from archsim.spec.library import Library
-from archsim.spec.software import Rewrite, SoftwareSpec
+from archsim.spec.software import SoftwareSpec
 from archsim.stack import planned_software, stack_options
 from archsim.workloads import build_trace, microbatch_trace
 from archsim.workloads.memory import trace_recompute, update_only_bytes
-from archsim.workloads.options import Recompute, TraceOptions
+from archsim.workloads.options import Recompute
+from archsim.workloads.rebuild import Rebuilder
 from archsim.workloads.trace import Mode, Trace
 
 if TYPE_CHECKING:  # a plain run attaches no observer: the module is loaded where one is used
@@ -51,7 +52,7 @@ class BuiltRun:
     """Microbatches per step on a system (None: one batch per step)."""
     options: SystemOptions
     """The layout with the trace options, streaming memory and named stack filled in."""
-    rebuild: Callable[[int, Recompute], Trace] | None
+    rebuild: Rebuilder | None
     """The workload at another batch (None: its batch is fixed), to name the largest that fits."""
 
     @property
@@ -140,7 +141,7 @@ def build(request: RunRequest, library: Library) -> BuiltRun:
         placement = place(fabric, layout.pipeline_stages, target.source, layout.tensor_parallel)
         check_expert_parallel(layout.expert_parallel, placement.data_parallel, target.source)
     seq_len = request.trace_seq_len
-    rebuild = rebuilder(request.workload, library, request.mode, precision, seq_len, trace_options)
+    rebuild = Rebuilder(request.workload, library, request.mode, precision, seq_len, trace_options)
     microbatches: int | None = None
     if system is not None and (layout.pipeline_stages != 1 or layout.microbatches not in (None, 1)):
         trace, microbatches = microbatch_trace(
@@ -223,19 +224,6 @@ def replay_built(
         family_efficiency=family_efficiency,
         rebuild=built.rebuild,
     )
-
-
-def rebuilder(
-    workload: str, library: Library, mode: Mode, precision: Precision, seq_len: int | None, options: TraceOptions
-) -> Callable[[int, Recompute], Trace]:
-    """``rebuild(batch, recompute)``: ``workload``'s trace at another batch, recomputing ``recompute``."""
-
-    def rebuild(batch: int, recompute: Recompute) -> Trace:
-        # asked explicitly, recomputation replaces what the software stack does
-        explicit = replace(options, recompute=recompute, rewrites=options.rewrites - {Rewrite.RECOMPUTE})
-        return build_trace(workload, library, mode, batch, precision, seq_len, explicit)
-
-    return rebuild
 
 
 def default_batch_trace(

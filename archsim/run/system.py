@@ -19,7 +19,7 @@ against gradient all-reduces -- are still SimPy resources with discrete transfer
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from archsim.collective_run import comm_planner, gradient_call
 from archsim.engine.collectives import resolve_algorithm
@@ -36,7 +36,7 @@ from archsim.spec.efficiency import Efficiency
 from archsim.spec.library import Library
 from archsim.spec.system import SystemSpec
 from archsim.stack import run_stack
-from archsim.workloads.options import Recompute
+from archsim.workloads.rebuild import Rebuilder
 from archsim.workloads.trace import Trace
 
 
@@ -49,7 +49,7 @@ def system_step(
     options: SystemOptions,
     observers: Sequence[RunObserver],
     family_efficiency: Efficiency | None,
-    rebuild: Callable[[int, Recompute], Trace] | None,
+    rebuild: Rebuilder | None,
 ) -> RunResult:
     """A step of a built trace (one chip's, one microbatch's when pipelined) on ``system``, ``target``'s.
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +33,7 @@ from archsim.models.energy import chip_energy
 from archsim.models.plugins import has_op_costs
 from archsim.results.power import TECHNOLOGY, dram_bit_j
 from archsim.run.request import RunRequest
-from archsim.run.runner import default_batch_trace, rebuilder
+from archsim.run.runner import default_batch_trace
 from archsim.spec.chip import ChipSpec
 from archsim.spec.efficiency import Efficiency
 from archsim.spec.library import Library
@@ -47,7 +46,7 @@ from archsim.sweep.expand import Configuration, Task, run_arguments, si_value, v
 from archsim.sweep.worker import SweepContext, design_columns, result_columns, run_chunk, worker_library
 from archsim.uncertainty import error_bars
 from archsim.workloads import build_trace
-from archsim.workloads.options import Recompute
+from archsim.workloads.rebuild import Rebuilder
 from archsim.workloads.trace import Trace
 
 MIN_GROUP = 8
@@ -108,7 +107,7 @@ class _Traces:
     def __init__(self) -> None:
         self.built: dict[tuple[Any, ...], Trace] = {}
         self.needs: dict[int, tuple[Trace, list[Need]]] = {}
-        self.plans: dict[tuple[Any, ...], tuple[Trace, Callable[[int, Recompute], Trace], SoftwareSpec]] = {}
+        self.plans: dict[tuple[Any, ...], tuple[Trace, Rebuilder, SoftwareSpec]] = {}
         """A run's first trace, its rebuilder and software, by target, workload entry, family and precision."""
 
     def needs_of(self, trace: Trace) -> list[Need]:
@@ -158,7 +157,7 @@ def _prepare(library: Library, task: Task, arguments: dict[str, Any], traces: _T
         options = stack_options(stack, request.mode, run_precision, request.fusion, request.recompute, None)
         seq_len = request.trace_seq_len
         first = traces.get(library, workload, request.mode, request.batch, run_precision, seq_len, options)
-        rebuild = rebuilder(workload, library, request.mode, run_precision, seq_len, options)
+        rebuild = Rebuilder(workload, library, request.mode, run_precision, seq_len, options)
         software = stack if request.software is not None else default_software(library, chip, is_kernel(first))
         planned = traces.plans[key] = (first, rebuild, software)
     trace, rebuild, software = planned

@@ -1,8 +1,8 @@
 """A decoder training step that does not fit is refused naming the smallest change that fits, checked.
 
-The order (issue 22): full recomputation, a higher ZeRO stage when data parallel, more pipeline stages,
-a smaller micro-batch. Each named change is run here to show that it does fit, and the change before
-it in the order to show that it does not.
+The order (issue 22): full recomputation, a higher ZeRO stage when data parallel, a higher
+tensor-parallel degree, more pipeline stages, a smaller micro-batch. Each named change is run here to
+show that it does fit, and the change before it in the order to show that it does not.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def refusal(*arguments: str) -> str:
 def test_a_chip_names_full_recomputation_and_it_fits() -> None:
     line = refusal("a100-80gb", "gpt3-1.3b", "--batch", "8")
     assert "the largest batch that fits is 5; the smallest change that fits is --recompute full" in line
-    assert "on a system, --zero or --pipeline-stages divide its training state" in line
+    assert "on a system, --zero, --tensor-parallel or --pipeline-stages divide its training state" in line
     fitted = simulate("a100-80gb", "gpt3-1.3b", mode="train", batch=8, recompute="full", library=LIBRARY)
     assert fitted.memory_bytes <= fitted.memory_capacity_bytes
 
@@ -48,14 +48,39 @@ def test_a_data_parallel_system_names_the_lowest_zero_stage_that_fits() -> None:
             simulate("dgx-a100", "gpt3-13b", mode="train", batch=1, library=LIBRARY, **change)  # type: ignore[arg-type]
 
 
-def test_a_pipeline_names_more_stages() -> None:
+def test_a_pipeline_names_a_tensor_parallel_split_before_more_stages() -> None:
     line = refusal("dgx-a100", "gpt3-13b", "--batch", "8", "--pipeline-stages", "2", "--recompute", "full")
     assert "--microbatches: stage 1" in line
-    assert line.endswith("the smallest change that fits is --pipeline-stages 4\n")
+    assert line.endswith("the smallest change that fits is --tensor-parallel 2\n")
     fitted = simulate(
-        "dgx-a100", "gpt3-13b", mode="train", batch=8, pipeline_stages=4, recompute="full", library=LIBRARY
-    )
-    assert fitted.pipeline_stages == 4 and fitted.memory_bytes <= fitted.memory_capacity_bytes
+        "dgx-a100", "gpt3-13b", mode="train", batch=8, pipeline_stages=2, tensor_parallel=2, recompute="full",
+        library=LIBRARY,
+    )  # fmt: skip
+    assert fitted.tensor_parallel == 2 and fitted.memory_bytes <= fitted.memory_capacity_bytes
+
+
+def test_a_pipeline_at_its_widest_split_names_more_stages() -> None:
+    arguments = ["--nodes", "8", "--tensor-parallel", "8", "--pipeline-stages", "2", "--recompute", "full"]
+    line = refusal("dgx-a100", "gpt3-175b", "--batch", "8", *arguments)
+    assert "--tensor-parallel" not in line.split("; ")[-1]  # 8 is the node's whole NVLink domain
+    assert line.endswith("the smallest change that fits is --pipeline-stages 8\n")
+    options = {"nodes": 8, "tensor_parallel": 8, "recompute": "full", "library": LIBRARY}
+    fitted = simulate("dgx-a100", "gpt3-175b", mode="train", batch=8, pipeline_stages=8, **options)  # type: ignore[arg-type]
+    assert fitted.pipeline_stages == 8 and fitted.memory_bytes <= fitted.memory_capacity_bytes
+    with pytest.raises(CapacityError):
+        simulate("dgx-a100", "gpt3-175b", mode="train", batch=8, pipeline_stages=4, **options)  # type: ignore[arg-type]
+
+
+def test_a_data_parallel_system_names_a_tensor_parallel_split() -> None:
+    line = refusal("dgx-a100", "gpt3-13b", "--batch", "32", "--recompute", "full")
+    assert line.endswith("the smallest change that fits is --tensor-parallel 8\n")
+    common = {"mode": "train", "batch": 32, "recompute": "full", "library": LIBRARY}
+    fitted = simulate("dgx-a100", "gpt3-13b", tensor_parallel=8, **common)  # type: ignore[arg-type]
+    assert fitted.memory_bytes <= fitted.memory_capacity_bytes
+    before: list[dict[str, object]] = [{"zero": 3}, {"tensor_parallel": 4}]  # earlier in the order: no fit
+    for change in before:
+        with pytest.raises(CapacityError):
+            simulate("dgx-a100", "gpt3-13b", **common, **change)  # type: ignore[arg-type]
 
 
 def test_with_nothing_else_left_a_smaller_batch() -> None:
@@ -65,8 +90,9 @@ def test_with_nothing_else_left_a_smaller_batch() -> None:
 
 def test_none_fits_says_what_was_tried() -> None:
     line = refusal("dgx-a100", "gpt3-175b", "--batch", "1")
-    assert "none of --recompute full, --zero 1, --zero 2, --zero 3, --pipeline-stages 2, --pipeline-stages 4" in line
-    assert line.endswith("fits alone\n")
+    tried = "--zero 3, --tensor-parallel 2, --tensor-parallel 4, --tensor-parallel 8, --pipeline-stages 2"
+    assert f"none of --recompute full, --zero 1, --zero 2, {tried}" in line
+    assert line.endswith("fits alone (archsim plan searches layouts that combine them)\n")
 
 
 def test_changes_are_checked_in_order_until_one_fits() -> None:
