@@ -35,7 +35,7 @@ from archsim.validation.uncertainty_table import coverage, write_table
 PLAN = {
     "tensorcore": Plan("tensorcore", ("compute", "memory_bandwidth", "wave_overhead", "data_gradient"), {}),
     "ipu": Plan("ipu", ("compute",), {}),
-    "cube": Plan("cube", ("compute",), {"mindspore-1.2": ("compute.fp16",)}),
+    "cube": Plan("cube", ("compute",), {}),
     "systolic": Plan("systolic", ("compute",), {"tpu-xla": ("per_step",)}),
 }
 """What the calibration fits per family, as the README states it. The tensor-core stacks' costs

@@ -41,7 +41,8 @@ class MlperfRow(Spec):
     nodes: Count | None = None
     pipeline_stages: Count = 1
     recompute: bool = False
-    fusion: Fusion = Fusion.NONE
+    fusion: Fusion | None = None
+    """Ops the run's framework fused, as ``--fusion`` (None: what its software stack does)."""
     streaming_memory: StreamingMemory = StreamingMemory.NONE
     precision: Precision
     seq_len: Count | None = None

@@ -53,15 +53,25 @@ def test_a_row_runs_with_the_stack_it_names(capsys: pytest.CaptureFixture[str], 
     data = yaml.safe_load((root / "mlperf.yaml").read_text())
     pcl = next(r for r in data["rows"] if r["id"] == "pcl-ascend910x256-rn50-v1.0")
     assert pcl["stack"] == "mindspore-1.2"  # the submission's MindSpore 1.2.1, not the chip's default 0.5
+    # a copy of the stack with a 5 ms cost per step, found through --lib: the row must pay it
+    software = next(r for r in builtin_roots() if r.name == "software")
+    stack = yaml.safe_load((software / "mindspore-1.2.yaml").read_text())
+    stack.update(name="mindspore-slow", aliases=[])
+    stack["dispatch"]["per_step"] = "5 ms"
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "mindspore-slow.yaml").write_text(yaml.safe_dump(stack))
     minutes = {}
-    for stack in ("mindspore-1.2", "mindspore-0.5"):
-        data["rows"] = [{**pcl, "stack": stack}]
-        path = tmp_path / f"{stack}.yaml"
+    for name, settings in (("mindspore-1.2", {}), ("mindspore-slow", {}), ("unfused", {"fusion": "none"})):
+        data["rows"] = [{**pcl, "stack": pcl["stack"] if name == "unfused" else name, **settings}]
+        path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump(data))
-        code, out, err = run_cli(capsys, "mlperf", "--table", str(path), "--json")
+        code, out, err = run_cli(capsys, "mlperf", "--lib", str(lib), "--table", str(path), "--json")
         assert code == 0, err
-        minutes[stack] = json.loads(out)["rows"][0]["predicted_minutes"]
-    assert minutes["mindspore-1.2"] < minutes["mindspore-0.5"]  # its kernels reach more of the cube peak
+        minutes[name] = json.loads(out)["rows"][0]["predicted_minutes"]
+    assert minutes["mindspore-1.2"] < minutes["mindspore-slow"]
+    # without a fusion setting the row runs what its stack fuses (MindSpore: batch-norm + ReLU)
+    assert minutes["mindspore-1.2"] < minutes["unfused"]
     data["rows"] = [{**pcl, "stack": "mindspore-9"}]
     path = tmp_path / "unknown.yaml"
     path.write_text(yaml.safe_dump(data))
