@@ -2,7 +2,9 @@
 
 None of the newer parts has a calibration row; their family's efficiencies apply unchanged, so these
 ratios test the descriptions (peaks, memory, interconnect) and the cost models' mechanisms, and
-nothing was tuned to them. Each published figure with its source:
+nothing was tuned to them. One exception, stated where it applies: the MI300X runs vLLM on ROCm,
+whose fp8 compute fraction is fitted to AMD's one-GPU MLPerf row (calibration_llm.csv I007). Each
+published figure with its source:
 
 - H100 over A100, ResNet-50 training: 1.85x. MLPerf Training v3.0, Dell's two 16-GPU submissions
   with the same CPUs, 14.4 min on A100-SXM-80GB against 7.8 min on H100-SXM5-80GB
@@ -41,7 +43,10 @@ nothing was tuned to them. Each published figure with its source:
   FlashLab-MBZUAI/HBFSim validation/calibration/h100-llama2-70b-calibration-protocol.json@96cf1b37
   (workload_evidence.lengths_csv.input_tokens); MLCommons publishes only the 1024-token limit. The
   runtimes batch in flight over prompts of every length; archsim runs one static batch of mean-length
-  prompts, each system at the largest batch its memory holds.
+  prompts, each system at the largest batch its memory holds. The vllm-rocm stack's one parameter,
+  kernels.compute.fp8, is fitted to AMD's one-MI300X Offline run of the same benchmark (I007,
+  validation/published-llm.yaml), not to either figure compared here: the MI300X side checks that one
+  GPU's fit carries to the eight-GPU system, the H100 side is uncalibrated for this model and setting.
 """
 
 from __future__ import annotations
