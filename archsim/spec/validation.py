@@ -134,6 +134,10 @@ class Row(Spec):
     known_outside: str | None = None
     """Why the row is known to fall outside its tolerance today (its test is then an expected
     failure, and turns into a failure the day the row comes inside, so the note gets removed)."""
+    fit: bool = True
+    """False: calibration leaves the row out (it is still predicted, reported and tested), for a
+    measurement the run only bounds, such as a Server-scenario throughput held under latency limits,
+    predicted as the offline throughput it cannot exceed. ``notes`` says why."""
 
     @model_validator(mode="after")
     def _consistent(self) -> Row:
@@ -160,6 +164,8 @@ class Row(Spec):
             raise ValueError(f"published must be positive, got {self.published}")
         if self.recompute not in (None, False, "none") and self.mode != "train":
             raise ValueError("recompute applies to training rows only")
+        if not self.fit and not self.notes:
+            raise ValueError("fit: false needs notes saying why calibration leaves the row out")
         return self
 
     @property

@@ -120,7 +120,7 @@ def fit_family(
     rows the fit would be free to match every row exactly and say nothing about other runs.
     """
     spec: ValidationSpec = library.validation(table)
-    every = [prepare(row, library) for row in spec.rows]
+    every = [prepare(row, library) for row in spec.rows if row.fit]
     # busbw rows time a collective library's call, which no family parameter changes
     rows = [p for p in every if p.family == family and p.built is not None]
     if not rows:

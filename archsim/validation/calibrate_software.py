@@ -3,9 +3,10 @@
 A stack's parameters are its dispatch costs (``per_op``, ``framework``, ``host``, ``per_step``; see
 :class:`archsim.spec.software.Dispatch`) and its kernels' compute fraction at one precision
 (``compute.int8``: :class:`archsim.spec.software.Kernels`). Only the rows whose run uses the stack
-(the one they name, or their chip's default for their trace) are used, and never more parameters
-than rows. The search and the cross-validation are those of :mod:`archsim.validation.calibrate`:
-the same objective, Nelder-Mead from the values in the file, k-fold held-out errors.
+(the one they name, or their chip's default for their trace) are used, except those marked ``fit:
+false``, and never more parameters than rows. The search and the cross-validation are those of
+:mod:`archsim.validation.calibrate`: the same objective, Nelder-Mead from the values in the file,
+k-fold held-out errors.
 """
 
 from __future__ import annotations
@@ -93,7 +94,8 @@ def fit_software(
     fields = [_field(p) for p in parameters]
     if len(set(fields)) != len(fields):
         raise ValueError("fit one compute fraction at a time")
-    rows = [p for p in (prepare(row, library) for row in spec_table.rows) if software_name(p, library) == stack.name]
+    candidates = [row for row in spec_table.rows if row.fit]
+    rows = [p for p in (prepare(row, library) for row in candidates) if software_name(p, library) == stack.name]
     if not rows:
         raise ValueError(f"{table} has no rows that run with software {stack.name}")
     if len(parameters) > len(rows):
@@ -134,9 +136,12 @@ def write_software(path: Path, fit: SoftwareFit, table: str) -> None:
         key = f"kernels.{name}" if name.startswith(COMPUTE_PREFIX) else f"dispatch.{name}"
         others = [n for n in fit.names if n != name]
         with_others = f" (with {', '.join(others)})" if others else ""
+        rows = f"{fit.rows} rows of validation/{table}.yaml that run"
+        if fit.rows == 1:
+            rows = f"row of validation/{table}.yaml that runs"
         note = (
-            f'  {key}: "fitted by scripts/calibrate.py --software {fit.software}{with_others} to the {fit.rows} '
-            f'rows of validation/{table}.yaml that run with it (calibration.csv only)"'
+            f'  {key}: "fitted by scripts/calibrate.py --software {fit.software}{with_others} to the {rows} '
+            f'with it (calibration files only)"'
         )
         text, replaced = re.subn(rf"^  {re.escape(key)}: .*$", note, text, flags=re.MULTILINE)
         if replaced == 0:

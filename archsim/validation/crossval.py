@@ -84,11 +84,13 @@ def held_out_errors(
     max_evaluations: int = 60,
     progress: Callable[[str], None] | None = None,
 ) -> list[RowErrors]:
-    """Every row of the family (but ``busbw``), with its in-sample and held-out errors."""
+    """Every row of the family but ``busbw`` rows and those marked ``fit: false``, with its errors."""
     from scipy.optimize import minimize  # imported here: only calibration needs scipy
 
     spec: ValidationSpec = library.validation(table)
-    rows = [p for p in (prepare(r, library) for r in spec.rows) if p.family == plan.family and p.built is not None]
+    rows = [
+        p for p in (prepare(r, library) for r in spec.rows if r.fit) if p.family == plan.family and p.built is not None
+    ]
     if plan.count > len(rows):
         raise ValueError(f"{len(rows)} {plan.family} rows cannot determine {plan.count} parameters")
     start, decode = _joint(library, plan)

@@ -126,6 +126,7 @@ class ValidationReport:
                     "tolerance": r.tolerance,
                     "within_tolerance": r.within_tolerance,
                     "known_outside": r.row.known_outside,
+                    "fit": r.row.fit,
                     "source": r.row.source,
                 }
                 for r in self.rows

@@ -72,6 +72,19 @@ def test_in_scope_mape_leaves_out_rows_known_outside(tmp_path: Path, library: Li
     assert report.to_dict()["mape_in_scope"]["overall"] == pytest.approx(abs(inside.error))
 
 
+def test_a_row_marked_fit_false_is_reported_but_not_fitted_to(tmp_path: Path, library: Library) -> None:
+    from archsim.validation.calibrate_software import fit_software
+
+    bound = {**ROW, "id": "bound", "workload": "gemm:2048x2048x2048", "fit": False, "notes": "an upper bound"}
+    path = str(table(tmp_path, [ROW, bound]))
+    fit = fit_software(library, "cublas", ["per_op"], path, folds=1, max_evaluations=4)
+    assert fit.rows == 1
+    assert [r.row.id for r in fit.report_after.rows] == ["one-gemm"]
+    report = validate(library, path)
+    assert [r.row.id for r in report.rows] == ["one-gemm", "bound"]
+    assert [r["fit"] for r in report.to_dict()["rows"]] == [True, False]  # type: ignore[index]
+
+
 @pytest.mark.parametrize(
     ("change", "fragment"),
     [
@@ -86,6 +99,7 @@ def test_in_scope_mape_leaves_out_rows_known_outside(tmp_path: Path, library: Li
         ({"metric": "mfu", "unit": "%", "phase": None}, "metric mfu applies to training rows only"),
         ({"metric": "achieved_tflops", "unit": "TFLOP/s", "phase": None}, "does not fit metric achieved_tflops"),
         ({"metric": "power", "unit": "kW", "phase": None}, "does not fit metric power"),
+        ({"fit": False}, "fit: false needs notes"),
     ],
 )
 def test_bad_rows_are_spec_errors(tmp_path: Path, library: Library, change: dict[str, object], fragment: str) -> None:
