@@ -42,9 +42,10 @@ already produced (:class:`archsim.models.base.OpCost` and the op itself):
   written back): each byte is written into and read out of the L2 once, ``2 x bytes`` at ``l2_read``.
   A tiled matrix kernel's L2 reads are already its staged panels (the count above).
 
-The L2's own traffic with main memory, the operand networks and wires are not counted per action,
-and neither is the issue of matrix instructions (a tensor-core MMA amortizes it over its MxNxK MACs):
-no cost model produces those counts, so the dynamic energy is a lower bound of what the silicon spends.
+The L2's traffic with main memory under a tiled matrix kernel, the load and store instructions of
+element-wise kernels, the operand networks and wires are not counted per action, and neither is the
+issue of matrix instructions (a tensor-core MMA amortizes it over its MxNxK MACs): no cost model
+produces those counts, so the dynamic energy is a lower bound of what the silicon spends.
 
 **Process-node scaling.** Logic and SRAM figures are given at the technology's ``reference_node``
 (45 nm). At node ``L`` an energy is ``E x P(L) / P(L_ref)`` (:func:`energy_scale`), ``P`` the

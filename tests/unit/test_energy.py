@@ -359,7 +359,9 @@ def test_simt_cores_pay_instruction_issue_and_their_own_lane_activation(library:
     assert run.energy_breakdown_j["instruction"] == pytest.approx(4096**3 * energy.matrix_instruction_j)
 
 
-def test_element_wise_ops_on_simt_cores_pay_their_lane_activation(library: Library) -> None:
+def test_element_wise_ops_on_simt_cores_pay_their_lane_activation(
+    library: Library, capsys: pytest.CaptureFixture[str]
+) -> None:
     # AccelWattch's static model charges every sample whose warps use the INT and FP units the INT+FP
     # category's lane activation (static_cat2: 38.62 W over 5120 lanes at 1447 MHz on its GV100)
     tech = library.energy()
@@ -375,6 +377,10 @@ def test_element_wise_ops_on_simt_cores_pay_their_lane_activation(library: Libra
     assert vector_s > 0.0
     expected = matrix_s * energy.matrix_active_w + vector_s * energy.vector_active_w
     assert run.energy_breakdown_j["activation"] == pytest.approx(expected, rel=1e-9)
+    # the same breakdown from the CLI's JSON
+    assert main(["run", "v100", "resnet50", "--mode", "train", "--batch", "32", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["energy_breakdown_j"]["activation"] == pytest.approx(expected, rel=1e-9)
 
 
 def test_element_wise_ops_on_a_gpu_move_their_memory_bytes_through_the_l2(library: Library) -> None:
