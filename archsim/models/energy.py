@@ -30,9 +30,22 @@ already produced (:class:`archsim.models.base.OpCost` and the op itself):
   there pays the SIMT lanes' activation (``simt_lane_cycle``, AccelWattch's INT+FP category) instead of
   the matrix unit's.
 
-The L2's own traffic with main memory, the operand networks and wires are not counted per action,
-and neither is the issue of matrix instructions (a tensor-core MMA amortizes it over its MxNxK MACs):
-no cost model produces those counts, so the dynamic energy is a lower bound of what the silicon spends.
+* while an element-wise op runs on a GPU's SIMT cores, the same SIMT lane activation: every FP32 lane
+  of the chip for every clock of the op. AccelWattch's static model charges each sample whose warps
+  use the INT and FP units the INT+FP category's lane-activation power (``static_cat2``, the figure
+  ``simt_lane_cycle`` is derived from), whatever the kernel; an element-wise kernel (its address
+  arithmetic and its FP operation) is such a kernel. Vector units without a SIMT core (systolic
+  chips, IPUs, cubes' vector units) pay none: no published figure.
+
+* an element-wise op on a GPU's SIMT cores moves its main-memory bytes through the L2, which sits
+  between the SMs and memory (every read fills an L2 line, every write lands in one before it is
+  written back): each byte is written into and read out of the L2 once, ``2 x bytes`` at ``l2_read``.
+  A tiled matrix kernel's L2 reads are already its staged panels (the count above).
+
+The L2's traffic with main memory under a tiled matrix kernel, the load and store instructions of
+element-wise kernels, the operand networks and wires are not counted per action, and neither is the
+issue of matrix instructions (a tensor-core MMA amortizes it over its MxNxK MACs): no cost model
+produces those counts, so the dynamic energy is a lower bound of what the silicon spends.
 
 **Process-node scaling.** Logic and SRAM figures are given at the technology's ``reference_node``
 (45 nm). At node ``L`` an energy is ``E x P(L) / P(L_ref)`` (:func:`energy_scale`), ``P`` the
@@ -74,6 +87,8 @@ ACCUMULATOR_BITS = 32
 """Matrix units accumulate in fp32 (int32 for int8 and int4): a partial sum moves 32 bits."""
 SRAM_ACCESSES_PER_DRAM_BYTE = 2
 """Each byte from main memory is written into an on-chip buffer once and read out of it once."""
+L2_ACCESSES_PER_DRAM_BYTE = 2
+"""An element-wise op's byte from or to a GPU's main memory is written into its L2 once and read out once."""
 
 
 def onchip_memory_bytes(chip: ChipSpec) -> int:
@@ -160,6 +175,9 @@ class ChipEnergy:
     matrix_active_w: float
     """Lane activation while a matrix op runs: the matrix unit's lanes x clock x ``matrix_lane_cycle``,
     or, where the precision's matrix work runs on SIMT cores, their lanes x clock x ``simt_lane_cycle``."""
+    vector_active_w: float
+    """Lane activation while an element-wise op runs on SIMT cores: their FP32 lanes x clock x
+    ``simt_lane_cycle`` (0 on a chip whose element-wise work runs on no SIMT core)."""
     area_mm2: float
     area_source: str
     """How ``area_mm2`` was found: ``published``, ``from transistors``, either ``, resized``, or ``modelled``."""
@@ -170,6 +188,9 @@ class ChipEnergy:
     """SIMT instruction issue per FLOP of an element-wise op run on SIMT cores (0 elsewhere)."""
     l2_bit_j: float = 0.0
     """One bit read from the L2 (:attr:`~archsim.spec.energy.EnergySpec.l2_read`, node-scaled)."""
+    vector_l2_bit_j: float = 0.0
+    """L2 energy per main-memory bit of an element-wise op: one write into the L2 and one read out of
+    it (``2 x l2_bit_j``) on a GPU, whose SIMT cores reach memory through the L2; 0 elsewhere."""
 
     @property
     def smallest_op_j(self) -> float:
@@ -188,9 +209,9 @@ class ChipEnergy:
             compute_j=compute_j,
             register_j=flops / 2 * self.register_mac_j if matrix else 0.0,
             sram_j=SRAM_ACCESSES_PER_DRAM_BYTE * (bits + staged) * self.sram_bit_j,
-            l2_j=staged * self.l2_bit_j,
+            l2_j=staged * self.l2_bit_j + (0.0 if matrix else bits * self.vector_l2_bit_j),
             dram_j=bits * self.dram_bit_j,
-            activation_j=self.matrix_active_w * seconds if matrix else 0.0,
+            activation_j=(self.matrix_active_w if matrix else self.vector_active_w) * seconds,
             instruction_j=flops / 2 * self.matrix_instruction_j if matrix else flops * self.vector_instruction_j,
         )
 
@@ -204,9 +225,11 @@ class OpEnergy:
     sram_j: float
     dram_j: float
     l2_j: float
-    """The L2 reads of the operand bytes staged into shared memory (0 where the model counts none)."""
+    """The L2 reads of the operand bytes staged into shared memory, or an element-wise op's main-memory
+    bytes passing through a GPU's L2 (0 where the model counts none)."""
     activation_j: float
-    """The matrix unit's lane activation over the op's time (0 for a vector op)."""
+    """Lane activation over the op's time: the matrix unit's (or the SIMT lanes' for matrix work run on
+    them), or for an element-wise op the SIMT lanes' (0 where no SIMT core runs it)."""
     instruction_j: float = 0.0
     """SIMT instruction issue (fetch, decode, operand fetch) of an op run on SIMT cores."""
 
@@ -286,8 +309,9 @@ def chip_energy(
     simt_matrix = section.simt_ops_per_instruction(precision, matrix=True)
     simt_vector = section.simt_ops_per_instruction(precision, matrix=False)
     issue_j = tech.simt_instruction * scale
+    simt_active_w = section.simt_lanes() * chip.clock * tech.simt_lane_cycle * scale
     if simt_matrix is not None:  # matrix work on SIMT cores: operands fetched by each lane instruction
-        register_mac_j, matrix_active_w = 0.0, section.simt_lanes() * chip.clock * tech.simt_lane_cycle * scale
+        register_mac_j, matrix_active_w = 0.0, simt_active_w
     else:
         # lane activation as AccelWattch measured it: matrix units issued an MxNxK instruction at a time
         instructed = section.matrix_instruction_shape() is not None
@@ -302,9 +326,11 @@ def chip_energy(
         l2_bit_j=tech.l2_read * scale,
         dram_bit_j=dram_bit_j,
         matrix_active_w=matrix_active_w,
+        vector_active_w=0.0 if simt_vector is None else simt_active_w,
         area_mm2=area,
         area_source=area_source,
         static_w=tech.static_power_density * area,
+        vector_l2_bit_j=0.0 if simt_vector is None else L2_ACCESSES_PER_DRAM_BYTE * tech.l2_read * scale,
         matrix_instruction_j=0.0 if simt_matrix is None else issue_j / simt_matrix,
         vector_instruction_j=0.0 if simt_vector is None else issue_j / simt_vector,
     )

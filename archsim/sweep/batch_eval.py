@@ -116,8 +116,10 @@ def evaluate(group: Group) -> list[RunResult | None]:
             "register_mac_j",
             "sram_bit_j",
             "l2_bit_j",
+            "vector_l2_bit_j",
             "dram_bit_j",
             "matrix_active_w",
+            "vector_active_w",
             "matrix_instruction_j",
             "vector_instruction_j",
         )
@@ -162,9 +164,9 @@ def evaluate(group: Group) -> list[RunResult | None]:
             bits = dram * BITS_PER_BYTE
             staged = cost.onchip_bytes * BITS_PER_BYTE
             sram_j = SRAM_ACCESSES_PER_DRAM_BYTE * (bits + staged) * energy["sram_bit_j"]
-            l2_j = staged * energy["l2_bit_j"]
+            l2_j = staged * energy["l2_bit_j"] + (0.0 if matrix else bits * energy["vector_l2_bit_j"])
             dram_j = bits * energy["dram_bit_j"]
-            activation_j = duration * energy["matrix_active_w"] if matrix else np.zeros(n)
+            activation_j = duration * (energy["matrix_active_w"] if matrix else energy["vector_active_w"])
             if matrix:
                 instruction_j = op.flops / 2 * energy["matrix_instruction_j"]
             else:

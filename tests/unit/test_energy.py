@@ -312,9 +312,12 @@ def test_lane_activation_is_paid_by_instruction_issued_matrix_units_while_they_r
     # AccelWattch's 48.95 W at its 1447 MHz, at the V100's own 1530 MHz clock
     assert energy.matrix_active_w == pytest.approx(48.95 * v100.clock / 1.447e9, rel=1e-3)
     assert energy.op_energy(True, 0, 0, 2.0).activation_j == pytest.approx(2.0 * energy.matrix_active_w)
-    assert energy.op_energy(False, 10**9, 0, 2.0).activation_j == 0.0
+    # an element-wise op runs on the CUDA cores: their lanes' activation, not the tensor cores'
+    assert energy.op_energy(False, 10**9, 0, 2.0).activation_j == pytest.approx(2.0 * energy.vector_active_w)
     for systolic in ("tpu-v4", "systolic-32x32", "gc200"):  # no published lane-activation figure
-        assert chip_energy(library.chip(systolic), tech, Precision.FP16, 0.0).matrix_active_w == 0.0
+        other = chip_energy(library.chip(systolic), tech, Precision.FP16, 0.0)
+        assert other.matrix_active_w == other.vector_active_w == 0.0
+        assert other.op_energy(False, 10**9, 0, 2.0).activation_j == 0.0
     run = simulate("v100", "gemm:4096x4096x4096", library=library)
     busy = sum(layer.end_s - layer.start_s for layer in run.layers if layer.unit == "matrix")
     assert run.energy_breakdown_j["activation"] == pytest.approx(busy * energy.matrix_active_w)
@@ -354,6 +357,43 @@ def test_simt_cores_pay_instruction_issue_and_their_own_lane_activation(library:
     assert op.total_j == pytest.approx(op.compute_j + op.sram_j + op.dram_j + op.activation_j + op.instruction_j)
     run = simulate("p100", "gemm:4096x4096x4096", library=library)
     assert run.energy_breakdown_j["instruction"] == pytest.approx(4096**3 * energy.matrix_instruction_j)
+
+
+def test_element_wise_ops_on_simt_cores_pay_their_lane_activation(
+    library: Library, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # AccelWattch's static model charges every sample whose warps use the INT and FP units the INT+FP
+    # category's lane activation (static_cat2: 38.62 W over 5120 lanes at 1447 MHz on its GV100)
+    tech = library.energy()
+    v100 = library.chip("v100")
+    energy = chip_energy(v100, tech, Precision.FP16, 0.0)
+    assert energy.vector_active_w == pytest.approx(80 * 64 * v100.clock * tech.simt_lane_cycle * 90 / 160)
+    assert energy.vector_active_w == pytest.approx(38.62 * v100.clock / 1.447e9, rel=1e-3)
+    # fp32 matrix work on the same CUDA cores pays the same lanes' activation
+    assert chip_energy(v100, tech, Precision.FP32, 0.0).matrix_active_w == pytest.approx(energy.vector_active_w)
+    run = simulate("v100", "resnet50", mode="train", batch=32, library=library)
+    matrix_s = sum(layer.end_s - layer.start_s for layer in run.layers if layer.unit == "matrix")
+    vector_s = sum(layer.end_s - layer.start_s for layer in run.layers if layer.unit != "matrix")
+    assert vector_s > 0.0
+    expected = matrix_s * energy.matrix_active_w + vector_s * energy.vector_active_w
+    assert run.energy_breakdown_j["activation"] == pytest.approx(expected, rel=1e-9)
+    # the same breakdown from the CLI's JSON
+    assert main(["run", "v100", "resnet50", "--mode", "train", "--batch", "32", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["energy_breakdown_j"]["activation"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_element_wise_ops_on_a_gpu_move_their_memory_bytes_through_the_l2(library: Library) -> None:
+    tech = library.energy()
+    v100 = chip_energy(library.chip("v100"), tech, Precision.FP16, 0.0)
+    assert v100.vector_l2_bit_j == pytest.approx(2 * tech.l2_read * 90 / 160)  # one write in, one read out
+    vector = v100.op_energy(False, 10**6, 10**6, 1e-6)
+    assert vector.l2_j == pytest.approx(10**6 * 8 * v100.vector_l2_bit_j)
+    # a matrix op's L2 reads are the panels it stages (onchip_bytes), not its main-memory bytes again
+    assert v100.op_energy(True, 10**6, 10**6, 1e-6, onchip_bytes=0).l2_j == 0.0
+    for other in ("tpu-v4", "gc200", "ascend910"):  # no SIMT cores behind an L2: no pass-through priced
+        chip = chip_energy(library.chip(other), tech, Precision.FP16, 0.0)
+        assert chip.vector_l2_bit_j == 0.0 and chip.op_energy(False, 10**6, 10**6, 1e-6).l2_j == 0.0
 
 
 def test_tiled_matrix_kernels_pay_the_l2_and_shared_memory_for_the_panels_they_stage(library: Library) -> None:

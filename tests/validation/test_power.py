@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from archsim import simulate
 from archsim.cli import main
 from archsim.spec.library import Library
 from archsim.validation import prepare
@@ -37,3 +38,40 @@ def test_the_power_table_runs_from_the_cli(capsys: pytest.CaptureFixture[str]) -
     assert main(["validate", "--table", "power"]) == 0
     out = capsys.readouterr().out
     assert "p100-pcie-rn50-train-fp32-b128" in out and " W " in out
+
+
+GV100_TENSOR_GEMM = {
+    "measured_w": 181.992,  # hw_power_validation_volta.csv, cudaTensorCoreGemm_k1: mean of 5 NVML readings
+    "cycles": 3_871_172,  # hw_perf.csv, cudaTensorCoreGemm: Elapsed_Cycles at the locked clock
+    "clock_hz": 1.447e9,  # AccelWattch's Quadro GV100 runs locked at 1447 MHz (gpgpusim.config)
+    "idle_sms": 1.264,  # hw_perf.csv: Num_Idle_SMs
+    "constant_w": 32.32522272,  # accelwattch_sass_hw.xml constant_power
+    "tensor_activation_w": 48.94875596,  # accelwattch_sass_hw.xml static_cat6_flane (all 80 SMs active)
+    "idle_sm_w": 0.28279166,  # accelwattch_sass_hw.xml idle_core_power, per idle SM
+}
+
+
+@pytest.mark.validation
+def test_tensor_core_gemm_dynamic_energy_per_flop_matches_a_measured_gv100() -> None:
+    """AccelWattch's hardware measurement of a tensor-core GEMM on a GV100, against the V100's model.
+
+    Kandiah et al., AccelWattch (MICRO 2021): github accel-sim/accel-sim-framework
+    util/accelwattch/accelwattch_hw_profiler/hw_power_validation_volta.csv@2260456 (board power, NVML)
+    and github gpgpu-sim/gpgpu-sim_distribution configs/tested-cfgs/SM7_QV100/{hw_perf.csv,
+    accelwattch_sass_hw.xml}@dev: the CUDA sample cudaTensorCoreGemm (its default 4096 x 4096 x 4096
+    fp16 product, fp32 accumulate) on a Quadro GV100 (the V100's die, 80 SMs). Less AccelWattch's own
+    constant power, its tensor category's lane activation (over the active SMs) and its idle-SM power,
+    the rest is the dynamic energy: about 1.97 pJ per FLOP at the board. The V100's model prices the
+    same product's MACs, register, shared-memory, L2 and HBM traffic from Horowitz's table and the
+    memory's interface figure; nothing is fitted to this measurement, and a board-level loss or
+    supply-voltage factor on those energies would have to pass it.
+    """
+    m = GV100_TENSOR_GEMM
+    sms = 80
+    active = (sms - m["idle_sms"]) / sms
+    dynamic_w = m["measured_w"] - m["constant_w"] - m["tensor_activation_w"] * active - m["idle_sms"] * m["idle_sm_w"]
+    measured_j_per_flop = dynamic_w * m["cycles"] / m["clock_hz"] / (2 * 4096**3)
+    run = simulate("v100", "gemm:4096x4096x4096", library=LIBRARY)
+    not_dynamic = {"static", "activation", "link"}
+    modelled_j = sum(joules for part, joules in run.energy_breakdown_j.items() if part not in not_dynamic)
+    assert modelled_j / run.flops == pytest.approx(measured_j_per_flop, rel=0.15)
