@@ -327,3 +327,24 @@ def test_inference_flattens_at_the_input_pipeline_rate(library: Library) -> None
         for b in (64, 256)
     ]
     assert rates == [pytest.approx(4000), pytest.approx(4000)]
+
+
+def test_a_sweep_trains_the_schedule_it_names(tmp_path: Path) -> None:
+    from archsim.sweep import run_sweep
+
+    spec = {
+        "schema_version": 1,
+        "kind": "sweep",
+        "name": "schedule-sweep",
+        "description": "time to train per schedule",
+        "target": "dgx1",
+        "workloads": ["resnet50"],
+        "settings": {"mode": "train", "batch": 64, "time_to_train": True},
+        "grid": {"run.epochs": [38, 45]},
+    }
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    table = run_sweep(str(path), jobs=1, progress=False).set_index("run.epochs")
+    assert table["error"].isna().all()
+    assert list(table["epochs"]) == [38, 45]
+    assert table.loc[45, "time_to_train_s"] > table.loc[38, "time_to_train_s"]
