@@ -173,7 +173,7 @@ def base_row(task: Task) -> dict[str, Any]:
 
 def _simulate(target: str, workload: str, library: Library, arguments: dict[str, Any]) -> RunResult:
     """One run: a request of ``arguments`` (:func:`archsim.simulate`'s), or :func:`archsim.simulate_training`."""
-    training = {name: arguments.pop(name) for name in ("time_to_train", "optimizer", "epochs", "input_decode")}
+    training = {name: arguments.pop(name, None) for name in ("time_to_train", "optimizer", "epochs", "input_decode")}
     if not training["time_to_train"] and training["input_decode"] is None:
         for name in ("optimizer", "epochs"):
             if training[name] is not None:
