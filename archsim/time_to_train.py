@@ -9,7 +9,11 @@ It therefore covers the training steps and every evaluation on the way::
 * ``steps = ceil(samples / global_batch)``, where ``samples`` is what the published reference runs
   needed at this global batch and optimizer (``convergence/``: epochs x the data set's size, or
   samples; interpolated between published batches, see
-  :meth:`archsim.spec.convergence.ConvergenceSpec.to_target`);
+  :meth:`archsim.spec.convergence.ConvergenceSpec.to_target`), or the run's own schedule when it
+  names one (``epochs``): a submission whose learning-rate schedule lasts ``epochs`` epochs trains
+  all of them when it evaluates its checkpoints only after training (Graphcore's MLPerf v1.1
+  ResNet-50) or reaches the target at the schedule's end. A schedule is a setting of the run, like
+  its batch; archsim does not check that it reaches the target;
 * ``step_time_s`` is the simulated training step, input waits included when the run models its input
   pipeline (:mod:`archsim.input_pipeline`);
 * ``evaluations = ceil(samples / interval)``: MLPerf evaluates every ``interval`` samples (ResNet-50:
@@ -39,9 +43,16 @@ CLOCK = "MLPerf: from run_start (after untimed initialization) to the first eval
 
 
 def training_time(
-    result: RunResult, convergence: ConvergenceSpec, optimizer: str | None, eval_samples_per_s: float
+    result: RunResult,
+    convergence: ConvergenceSpec,
+    optimizer: str | None,
+    eval_samples_per_s: float,
+    epochs: float | None = None,
 ) -> TimeToTrainRecord:
-    """The time to train of a training step ``result`` (see the module docstring)."""
+    """The time to train of a training step ``result`` (see the module docstring).
+
+    ``epochs`` (None: the convergence data's) is the run's own schedule, in epochs of the data set.
+    """
     if result.mode != "train":
         raise UsageError(result.target, "--time-to-train", "needs --mode train")
     if convergence.seq_len is not None and result.seq_len != convergence.seq_len:
@@ -54,6 +65,8 @@ def training_time(
     name = optimizer or convergence.default_optimizer
     global_batch = result.global_batch
     target, basis = convergence.to_target(name, global_batch)
+    if epochs is not None:
+        target, basis = _schedule(convergence, epochs, target)
     train_samples = convergence.dataset.train_samples
     if convergence.unit is Unit.EPOCHS:
         assert train_samples is not None  # checked on load
@@ -87,6 +100,17 @@ def training_time(
     )
 
 
+def _schedule(convergence: ConvergenceSpec, epochs: float, reference: float) -> tuple[float, str]:
+    """A run's own schedule of ``epochs`` and its basis, naming what the reference points give."""
+    if convergence.unit is not Unit.EPOCHS:
+        raise UsageError(
+            convergence.name, "--epochs", "the convergence data count training samples, not epochs: leave --epochs out"
+        )
+    if not (math.isfinite(epochs) and epochs > 0):
+        raise UsageError(convergence.name, "--epochs", f"must be a number of epochs above 0, got {epochs}")
+    return epochs, f"the run's schedule; the reference points give {reference:.1f}"
+
+
 def add_input(result: RunResult, workload: str, decode: Decode, library: Library) -> RunResult:
     """``result`` with its step fed by the input pipeline of its system (see :mod:`archsim.input_pipeline`)."""
     if result.system is None:
@@ -104,6 +128,7 @@ def simulate_training(
     time_to_train: bool = True,
     optimizer: str | None = None,
     input_decode: str | Decode | None = None,
+    epochs: float | None = None,
     library: Library | None = None,
     search_path: tuple[str, ...] | list[str] = (),
     **options: Any,
@@ -114,7 +139,8 @@ def simulate_training(
     ``nodes``, ``microbatches``, ``fusion``, ``recompute``, ...). ``input_decode`` (``host`` or
     ``device``; None: input not modelled, as with synthetic data) feeds the step from the system's
     input pipeline. ``time_to_train`` (training only) adds ``result.time_to_train`` using the
-    workload's convergence data and ``optimizer`` (None: the data's default, LARS or LAMB).
+    workload's convergence data and ``optimizer`` (None: the data's default, LARS or LAMB), or the
+    run's own schedule of ``epochs`` epochs (None: the convergence data's epochs).
     """
     library = library or Library(search_path)
     if time_to_train and mode != "train":
@@ -122,7 +148,7 @@ def simulate_training(
     if time_to_train:
         library.convergence(workload)  # an unknown workload is refused before the run
     result = simulate(target, workload, mode, library=library, **options)
-    return extend(result, target, workload, library, options, time_to_train, optimizer, input_decode)
+    return extend(result, target, workload, library, options, time_to_train, optimizer, input_decode, epochs)
 
 
 def extend(
@@ -134,14 +160,18 @@ def extend(
     time_to_train: bool,
     optimizer: str | None,
     input_decode: str | Decode | None,
+    epochs: float | None = None,
 ) -> RunResult:
     """``result`` (a step simulated with ``options``) fed by its input pipeline and with its time to train.
 
-    The evaluation runs as an inference step on the same target, at the training micro-batch.
+    The evaluation runs as an inference step on the same target, at the training micro-batch;
+    ``epochs`` is the run's own schedule (None: the convergence data's).
     """
     decode = None if input_decode is None else _decode(input_decode)
     if time_to_train and result.mode != "train":
         raise UsageError(result.target, "--time-to-train", "needs --mode train")
+    if epochs is not None and not time_to_train:
+        raise UsageError(result.target, "--epochs", "only applies with --time-to-train")
     convergence = library.convergence(workload) if time_to_train else None
     if decode is not None:
         result = add_input(result, workload, decode, library)
@@ -157,7 +187,7 @@ def extend(
     evaluation = simulate(target, workload, "infer", library=library, **eval_options)
     if decode is not None:
         evaluation = add_input(evaluation, workload, decode, library)
-    record = training_time(result, convergence, optimizer, evaluation.throughput)
+    record = training_time(result, convergence, optimizer, evaluation.throughput, epochs)
     return replace(result, time_to_train=record)
 
 

@@ -1,6 +1,6 @@
 """The training options of ``archsim run`` and ``archsim report run``.
 
-``--input-decode``, ``--time-to-train`` and ``--optimizer``:
+``--input-decode``, ``--time-to-train``, ``--optimizer`` and ``--epochs``:
 :func:`add_arguments` registers them, :func:`extend_args` applies them to the simulated step
 (:func:`archsim.time_to_train.extend`) and :func:`summary_lines` prints what they add to the summary.
 """
@@ -33,6 +33,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--optimizer", default=None, help="optimizer of the convergence data (default: the data's, lars or lamb)"
     )
+    group.add_argument(
+        "--epochs",
+        type=float,
+        default=None,
+        help="the run's own schedule in epochs, trained in full (default: the convergence data's epochs)",
+    )
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -41,6 +47,8 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(args.target, "--time-to-train", "needs --mode train")
     if args.optimizer is not None and not args.time_to_train:
         raise UsageError(args.target, "--optimizer", "only applies with --time-to-train")
+    if args.epochs is not None and not args.time_to_train:
+        raise UsageError(args.target, "--epochs", "only applies with --time-to-train")
 
 
 def extend_args(result: RunResult, args: argparse.Namespace) -> RunResult:
@@ -76,7 +84,15 @@ def extend_args(result: RunResult, args: argparse.Namespace) -> RunResult:
     }
     library = Library(args.lib)
     return extend(
-        result, args.target, args.workload, library, options, args.time_to_train, args.optimizer, args.input_decode
+        result,
+        args.target,
+        args.workload,
+        library,
+        options,
+        args.time_to_train,
+        args.optimizer,
+        args.input_decode,
+        args.epochs,
     )
 
 

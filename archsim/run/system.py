@@ -72,7 +72,7 @@ def system_step(
     comm = CommOptions(
         algorithm,
         options.bucket_bytes,
-        options.overlap,
+        options.overlap and stack.dispatch.mechanism.overlaps_collectives,
         call.chunk_bytes if call is not None else options.chunk_bytes,
         call.fixed_s if call is not None else 0.0,
     )

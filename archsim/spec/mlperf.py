@@ -2,7 +2,8 @@
 
 Each row is one published MLPerf Training result with the settings it was run with -- target system,
 workload, per-replica batch (``batch``) and the global batch it gives, micro-batches (gradient
-accumulation), recomputation, precision, sequence length, optimizer, the software it ran -- and the
+accumulation), recomputation, precision, sequence length, optimizer, its schedule's epochs where it
+trains a fixed number of them, the software it ran -- and the
 published time to train in minutes with its source. ``archsim mlperf`` runs each row as
 ``archsim run ... --mode train --time-to-train`` and prints predicted against published minutes. These
 rows are never fitted to: efficiency parameters come only from the calibration rows (``kind:
@@ -47,6 +48,8 @@ class MlperfRow(Spec):
     precision: Precision
     seq_len: Count | None = None
     optimizer: Name
+    epochs: StrictFloat | StrictInt | None = Field(default=None, gt=0)
+    """The submission's own schedule in epochs, trained in full (as ``--epochs``; None: the convergence data's)."""
     published_minutes: StrictFloat | StrictInt = Field(gt=0)
     source: str
     notes: str = ""

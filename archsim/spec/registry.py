@@ -74,6 +74,17 @@ class Mechanism(enum.StrEnum):
     TASK_DISPATCH = "task-dispatch"
     """Ascend: the runtime dispatches one task per op to the AI cores."""
 
+    @property
+    def overlaps_collectives(self) -> bool:
+        """Whether a collective can run while the chip computes.
+
+        Not on a bulk-synchronous chip (``superstep``): its tiles either compute or exchange, so
+        a collective over its links (an exchange phase) waits for the compute phase to end and the
+        next compute waits for it (Graphcore, "Understanding the IPU programming model": local
+        compute, global synchronisation and data exchange are separate phases).
+        """
+        return self is not Mechanism.SUPERSTEP
+
 
 class FamilySection(Spec, abc.ABC):
     """The family section of a chip file: the unit counts and sizes its cost model reads.

@@ -64,6 +64,7 @@ RUN_SETTINGS = (
     "streaming_memory",
     "time_to_train",
     "optimizer",
+    "epochs",
     "input_decode",
     "prompt_len",
     "gen_len",
@@ -108,6 +109,8 @@ class RunSettings(Spec):
     """Add the time to train (:func:`archsim.simulate_training`; training runs only)."""
     optimizer: Name | None = None
     """Optimizer of the convergence data (None: the data's default)."""
+    epochs: Annotated[StrictInt | StrictFloat, Field(gt=0)] | None = None
+    """The run's own schedule in epochs, trained in full (None: the convergence data's epochs)."""
     input_decode: Literal["host", "device"] | None = None
     """Feed each step from the system's input pipeline, decoding on the host or on the chips."""
     prompt_len: Count | None = None

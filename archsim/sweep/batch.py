@@ -62,7 +62,7 @@ def batch_reason(spec: SweepSpec, library: Library) -> str | None:
     for name in ONE_CHIP_SETTINGS:
         if getattr(settings, name) is not None:
             return f"settings.{name} is set"
-    if settings.pipeline_stages != 1 or settings.time_to_train:
+    if settings.pipeline_stages != 1 or settings.time_to_train or settings.epochs is not None:
         return "a multi-stage or time-to-train run"
     if settings.mode in ("prefill", "decode", "generate") or (settings.prompt_len, settings.gen_len) != (None, None):
         return "a text-generation run"
@@ -232,7 +232,7 @@ def _warm(library: Library, context: SweepContext, chunk: list[Task]) -> None:
             continue
         seen.add(key)
         arguments = run_arguments(context.spec, task.workload, {})
-        for name in ("time_to_train", "optimizer", "input_decode"):  # (not set on the batch path)
+        for name in ("time_to_train", "optimizer", "epochs", "input_decode"):  # (not set on the batch path)
             arguments.pop(name)
         with contextlib.suppress(ArchsimError):
             simulate(key[0], key[1], library=library, **arguments)

@@ -173,10 +173,11 @@ def base_row(task: Task) -> dict[str, Any]:
 
 def _simulate(target: str, workload: str, library: Library, arguments: dict[str, Any]) -> RunResult:
     """One run: a request of ``arguments`` (:func:`archsim.simulate`'s), or :func:`archsim.simulate_training`."""
-    training = {name: arguments.pop(name) for name in ("time_to_train", "optimizer", "input_decode")}
+    training = {name: arguments.pop(name, None) for name in ("time_to_train", "optimizer", "epochs", "input_decode")}
     if not training["time_to_train"] and training["input_decode"] is None:
-        if training["optimizer"] is not None:
-            raise UsageError(target, "run.optimizer", "only applies with run.time_to_train")
+        for name in ("optimizer", "epochs"):
+            if training[name] is not None:
+                raise UsageError(target, f"run.{name}", "only applies with run.time_to_train")
         return run(RunRequest.of(target, workload, **arguments), library)
     return simulate_training(target, workload, library=library, **training, **arguments)
 

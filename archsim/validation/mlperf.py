@@ -67,6 +67,7 @@ def predict_row(row: MlperfRow, library: Library, source: str) -> RunResult:
         row.target,
         row.workload,
         optimizer=row.optimizer,
+        epochs=row.epochs,
         library=library,
         batch=row.batch,
         precision=row.precision,

@@ -160,9 +160,11 @@ def rank_traces(request: Any, library: Library, *, all_ranks: bool = False) -> l
     trace = built.trace
     if built.microbatches is None:
         from archsim.run.data_parallel import replica_communication  # the run's own, as it communicates
+        from archsim.spec.software import mechanism
 
         ep = options.trace.expert_parallel
-        trace = replica_communication(trace, step.replicas, options.zero, ep, options.bucket_bytes, options.overlap)
+        overlap = options.overlap and mechanism(built.target.chip.family).overlaps_collectives  # as system_step
+        trace = replica_communication(trace, step.replicas, options.zero, ep, options.bucket_bytes, overlap)
         durations = _durations(trace, result.layers)
         return [_flat(rank, trace, durations, step) for rank in ranks]
     stages, op_s, update_s = _stages(built.trace, result, step.stages)

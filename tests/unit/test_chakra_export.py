@@ -189,3 +189,12 @@ def test_a_failed_write_leaves_no_rank_behind(tmp_path: Path, capsys: pytest.Cap
     code, _, err = run_cli(capsys, *argv)
     assert code == 2 and err.count("\n") == 1 and "gpt2.2.et" in err
     assert sorted(p.name for p in out.iterdir()) == ["gpt2.2.et"]
+
+
+def test_an_ipu_step_exports_its_all_reduces_after_the_backward_pass(tmp_path: Path, library: Library) -> None:
+    # a bulk-synchronous chip cannot overlap its all-reduce with compute: the ranks' files say so too
+    original = simulate("ipu-pod16", "resnet50", mode="train", batch=2, library=library)
+    assert original.exposed_comm_s == pytest.approx(original.comm_s)
+    (path,) = export_chakra("ipu-pod16", "resnet50", tmp_path, library, mode="train", batch=2)
+    replayed = simulate("ipu-pod16", str(path), mode="train", library=library)
+    assert replayed.step_time_s == pytest.approx(original.step_time_s, rel=1e-9)

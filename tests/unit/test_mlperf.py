@@ -77,3 +77,24 @@ def test_a_row_runs_with_the_stack_it_names(capsys: pytest.CaptureFixture[str], 
     path.write_text(yaml.safe_dump(data))
     code, out, err = run_cli(capsys, "mlperf", "--table", str(path))
     assert code == 2 and out == "" and "mindspore-9" in err and err.count("\n") == 1
+
+
+def test_a_row_trains_the_schedule_its_submission_ran(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    root = next(r for r in builtin_roots() if r.name == "validation")
+    data = yaml.safe_load((root / "mlperf.yaml").read_text())
+    pod16 = next(r for r in data["rows"] if r["id"] == "ipu-pod16-rn50-v1.1")
+    assert pod16["epochs"] == 38  # configs.yml mk2_resnet50_mlperf_pod16_lars, evaluated after training
+    epochs = {}
+    for name, row in (("schedule", pod16), ("reference", {k: v for k, v in pod16.items() if k != "epochs"})):
+        data["rows"] = [row]
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(data))
+        code, out, err = run_cli(capsys, "mlperf", "--table", str(path), "--json")
+        assert code == 0, err
+        epochs[name] = json.loads(out)["rows"][0]["epochs"]
+    assert epochs["schedule"] == 38 and epochs["reference"] == pytest.approx(35.4, abs=0.05)
+    data["rows"] = [{**pod16, "epochs": 0}]
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    code, out, err = run_cli(capsys, "mlperf", "--table", str(path))
+    assert code == 2 and out == "" and "epochs" in err and err.count("\n") == 1

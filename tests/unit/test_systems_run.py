@@ -281,3 +281,13 @@ def main_json(argv: list[str]) -> dict[str, Any]:
         assert main(argv) == 0
     parsed: dict[str, Any] = json.loads(buffer.getvalue())
     return parsed
+
+
+def test_a_bulk_synchronous_chip_exposes_its_gradient_all_reduce(library: Library) -> None:
+    # an IPU exchanges only between compute phases (superstep): its gradient all-reduce runs after
+    # the backward pass whatever --no-overlap says; a GPU's overlaps the backward pass unless told not to
+    ipu = simulate("ipu-pod16", "resnet50", mode="train", batch=2, library=library)
+    assert ipu.exposed_comm_s == pytest.approx(ipu.comm_s)
+    assert ipu == simulate("ipu-pod16", "resnet50", mode="train", batch=2, library=library, overlap=False)
+    gpu = simulate("dgx-a100", "resnet50", mode="train", batch=32, library=library)
+    assert gpu.exposed_comm_s < 0.9 * gpu.comm_s

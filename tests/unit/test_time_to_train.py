@@ -160,6 +160,27 @@ def test_time_to_train_is_steps_plus_evaluations(library: Library) -> None:
     assert ttt.time_to_train_s >= ttt.samples / result.throughput
 
 
+def test_a_run_with_its_own_schedule_trains_all_of_its_epochs(library: Library) -> None:
+    reference = simulate_training("dgx1", "resnet50", batch=32, library=library)
+    scheduled = simulate_training("dgx1", "resnet50", batch=32, epochs=38, library=library)
+    ref, ttt = reference.time_to_train, scheduled.time_to_train
+    assert ref is not None and ttt is not None
+    assert ttt.epochs == 38 and ttt.samples == 38 * 1281167
+    assert ttt.steps == math.ceil(38 * 1281167 / 256)
+    assert ttt.evaluations == math.ceil(38 / 4)
+    assert ttt.step_time_s == ref.step_time_s and ttt.eval_each_s == ref.eval_each_s
+    assert f"the reference points give {ref.epochs:.1f}" in ttt.convergence_basis
+    # more epochs than the reference points' take longer, never shorter
+    assert ttt.epochs > ref.epochs and ttt.time_to_train_s > ref.time_to_train_s
+
+
+def test_a_schedule_in_epochs_is_refused_where_convergence_counts_samples(library: Library) -> None:
+    with pytest.raises(UsageError, match="count training samples, not epochs"):
+        simulate_training("dgx1", "bert-large", batch=1, seq_len=512, optimizer="lamb", epochs=2, library=library)
+    with pytest.raises(UsageError, match="above 0"):
+        simulate_training("dgx1", "resnet50", batch=32, epochs=0, library=library)
+
+
 def test_a_slower_input_lengthens_the_time_to_train(library: Library) -> None:
     plain = simulate_training("dgx1", "resnet50", batch=32, library=library).time_to_train
     fed = simulate_training("dgx1", "resnet50", batch=32, input_decode="host", library=library).time_to_train
@@ -197,6 +218,15 @@ def test_run_summary_shows_the_time_to_train(capsys: pytest.CaptureFixture[str])
     assert "time to train" in out and "epochs" in out
 
 
+def test_run_json_trains_the_schedule_given_on_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["run", "dgx1", "resnet50", "--mode", "train", "--batch", "32", "--time-to-train", "--json"]
+    code, out, err = run_cli(capsys, *argv, "--epochs", "45")
+    assert code == 0, err
+    ttt = json.loads(out)["time_to_train"]
+    assert ttt["epochs"] == 45 and ttt["evaluations"] == 12
+    assert ttt["convergence_basis"].startswith("the run's schedule")
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -205,6 +235,8 @@ def test_run_summary_shows_the_time_to_train(capsys: pytest.CaptureFixture[str])
         (["dgx1", "resnet50", "--batch", "8", "--time-to-train"], "needs --mode train"),
         (["dgx1", "resnet50", "--mode", "train", "--batch", "8", "--optimizer", "lars"], "only applies"),
         (["dgx1", "resnet50", "--mode", "train", "--batch", "8", "--time-to-train", "--optimizer", "sgd"], "known"),
+        (["dgx1", "resnet50", "--mode", "train", "--batch", "8", "--epochs", "38"], "only applies"),
+        (["dgx1", "resnet50", "--mode", "train", "--batch", "8", "--time-to-train", "--epochs", "-1"], "above 0"),
     ],
 )
 def test_bad_training_options_fail_in_one_line(
@@ -295,3 +327,24 @@ def test_inference_flattens_at_the_input_pipeline_rate(library: Library) -> None
         for b in (64, 256)
     ]
     assert rates == [pytest.approx(4000), pytest.approx(4000)]
+
+
+def test_a_sweep_trains_the_schedule_it_names(tmp_path: Path) -> None:
+    from archsim.sweep import run_sweep
+
+    spec = {
+        "schema_version": 1,
+        "kind": "sweep",
+        "name": "schedule-sweep",
+        "description": "time to train per schedule",
+        "target": "dgx1",
+        "workloads": ["resnet50"],
+        "settings": {"mode": "train", "batch": 64, "time_to_train": True},
+        "grid": {"run.epochs": [38, 45]},
+    }
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    table = run_sweep(str(path), jobs=1, progress=False).set_index("run.epochs")
+    assert table["error"].isna().all()
+    assert list(table["epochs"]) == [38, 45]
+    assert table.loc[45, "time_to_train_s"] > table.loc[38, "time_to_train_s"]
