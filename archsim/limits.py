@@ -103,6 +103,7 @@ QUANTITY_RANGES: dict[str, tuple[float, float, str]] = {
     "energy": (1e-18, 1e9, "J"),
     "energy per bit": (1e-18, 1e-6, "J/bit"),
     "power density": (1e-9, 1e3, "W/mm^2"),
+    "voltage": (1e-3, 1e3, "V"),
 }
 """Accepted range ``(lowest, highest, unit)`` of a quantity by dimension (``Dimension.value``), in the
 units :mod:`archsim.units` converts to; zero is accepted where the field allows it. Wide enough for any chip or

@@ -17,6 +17,7 @@ length         float, nanometres           nm, um
 energy         float, joules               J, mJ, uJ, nJ, pJ
 energy/bit     float, joules per bit       pJ/bit, nJ/bit ...
 power density  float, watts per mm^2       W/mm^2, mW/mm^2
+voltage        float, volts                V, mV
 =============  ==========================  ===================================================
 
 GB and GiB mean what they say: decimal prefixes are powers of 1000, binary ones powers of 1024.
@@ -48,6 +49,7 @@ class Dimension(enum.Enum):
     ENERGY = "energy"
     ENERGY_PER_BIT = "energy per bit"
     POWER_DENSITY = "power density"
+    VOLTAGE = "voltage"
 
 
 _DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
@@ -77,6 +79,8 @@ def _build_table() -> dict[str, tuple[Dimension, float, float]]:
     for prefix, divisor in _SUBUNIT_DIVISOR.items():
         table[f"{prefix}J"] = (Dimension.ENERGY, 1.0, divisor)
         table[f"{prefix}J/bit"] = (Dimension.ENERGY_PER_BIT, 1.0, divisor)
+    table["V"] = (Dimension.VOLTAGE, 1.0, 1.0)
+    table["mV"] = (Dimension.VOLTAGE, 1.0, 1e3)
     table["um^2"] = (Dimension.AREA, 1.0, 1e6)
     table["W/mm^2"] = (Dimension.POWER_DENSITY, 1.0, 1.0)
     table["mW/mm^2"] = (Dimension.POWER_DENSITY, 1.0, 1e3)

@@ -70,6 +70,10 @@ whole-die area (a sweep's) has that area plus the change in modelled area.
 
 **Static power** (leakage and idle clocking) is ``static_power_density x area`` while the chip is
 powered, the whole step.
+
+**Power limit.** Where a step would pass the chip's TDP, the clock and the supply voltage fall
+together along a published voltage-frequency curve, and every action on the chip's own supply
+spends ``(V/V0)^2`` of its energy: :mod:`archsim.models.dvfs` (:attr:`ChipEnergy.voltage`).
 """
 
 from __future__ import annotations
@@ -77,7 +81,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from archsim.errors import SpecError
+from archsim.models.dvfs import VoltageRule
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Precision, parse_shape
 from archsim.spec.energy import EnergySpec
@@ -182,6 +186,8 @@ class ChipEnergy:
     area_source: str
     """How ``area_mm2`` was found: ``published``, ``from transistors``, either ``, resized``, or ``modelled``."""
     static_w: float
+    voltage: VoltageRule
+    """How the supply voltage follows the clock when the power limit throttles it (:mod:`archsim.models.dvfs`)."""
     matrix_instruction_j: float = 0.0
     """SIMT instruction issue per MAC of a matrix op run on SIMT cores (0 on a matrix unit)."""
     vector_instruction_j: float = 0.0
@@ -232,6 +238,17 @@ class OpEnergy:
     them), or for an element-wise op the SIMT lanes' (0 where no SIMT core runs it)."""
     instruction_j: float = 0.0
     """SIMT instruction issue (fetch, decode, operand fetch) of an op run on SIMT cores."""
+
+    @property
+    def core_j(self) -> float:
+        """What is spent on the chip's own supply (all but main memory): what a lower voltage lowers."""
+        return self.total_j - self.dram_j
+
+    def at_voltage(self, core_energy_scale: float) -> float:
+        """The total at a lower supply voltage: ``core_j`` times ``(V/V0)^2``, main memory unchanged."""
+        if core_energy_scale == 1.0:  # the nominal voltage: exactly :attr:`total_j`
+            return self.total_j
+        return self.core_j * core_energy_scale + self.dram_j
 
     @property
     def total_j(self) -> float:
@@ -330,33 +347,8 @@ def chip_energy(
         area_mm2=area,
         area_source=area_source,
         static_w=tech.static_power_density * area,
+        voltage=VoltageRule.of(tech.dvfs),
         vector_l2_bit_j=0.0 if simt_vector is None else L2_ACCESSES_PER_DRAM_BYTE * tech.l2_read * scale,
         matrix_instruction_j=0.0 if simt_matrix is None else issue_j / simt_matrix,
         vector_instruction_j=0.0 if simt_vector is None else issue_j / simt_vector,
     )
-
-
-@dataclass(frozen=True, slots=True)
-class Throttle:
-    """What the power limit did to a step: the clock's fraction of nominal, and the step's new length."""
-
-    clock_scale: float
-    """1.0 when the modelled power stays within the limit."""
-    step_time_s: float
-
-
-def throttle(dynamic_j: float, static_w: float, step_time_s: float, limit_w: float | None) -> Throttle:
-    """Lower the clock as DVFS would when average power would pass ``limit_w`` (the chip's TDP).
-
-    The model throttles at fixed voltage: each action keeps its energy, and the step stretches to
-    ``dynamic_j / (limit_w - static_w)`` so that its average power equals the limit. The whole step is
-    taken to slow with the clock, which overstates the slowdown of memory-bound ops. Without a
-    published limit nothing throttles. A limit at or below the static power cannot be met: a
-    SpecError.
-    """
-    if limit_w is None or step_time_s <= 0.0 or dynamic_j / step_time_s + static_w <= limit_w:
-        return Throttle(1.0, step_time_s)
-    if limit_w <= static_w:
-        raise SpecError("", "tdp", f"{limit_w:g} W is at or below the modelled static power {static_w:.3g} W")
-    stretched = dynamic_j / (limit_w - static_w)
-    return Throttle(step_time_s / stretched, stretched)

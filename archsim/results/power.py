@@ -8,8 +8,9 @@ by the run without that field is refused in one line naming its file. On a multi
 layers are the representative chip's (one microbatch, every stage once), so their energy is scaled
 by the chip's share of the step's FLOPs; each chip is taken to drive one link of every link class
 the step used. When the chip's average power would pass its
-published TDP the clock throttles (:func:`archsim.models.energy.throttle`) and the step's times,
-throughput and utilization say so through ``clock_scale``.
+published TDP the clock and the supply voltage throttle together (:func:`archsim.models.dvfs.throttle`):
+the step's times, throughput and utilization say so through ``clock_scale``, and its energy, power and
+breakdown (each layer's too) are those at the lower voltage.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from archsim.errors import LookupFailed, SpecError
-from archsim.models.energy import BITS_PER_BYTE, ChipEnergy, chip_energy, throttle
+from archsim.models.dvfs import throttle
+from archsim.models.energy import BITS_PER_BYTE, ChipEnergy, OpEnergy, chip_energy
 from archsim.results.records import LayerRecord, Normalized, RunResult
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Precision
@@ -32,13 +34,15 @@ TECHNOLOGY = "cmos"
 
 MATRIX_UNIT = "matrix"
 
+CORE_PARTS = frozenset(("compute", "register", "sram", "l2", "activation", "instruction"))
+"""The parts of ``energy_breakdown_j`` paid on the chip's own supply, which a throttle's lower voltage
+lowers by ``(V/V0)^2``; ``dram`` and ``link`` are paid on their own supplies (:mod:`archsim.models.dvfs`)."""
 
-def _layer_energy(
-    energy: ChipEnergy, layers: tuple[LayerRecord, ...]
-) -> tuple[tuple[LayerRecord, ...], dict[str, float]]:
-    """Each layer with its dynamic energy, and the layers' energy by part (one chip, as recorded)."""
+
+def _layer_energy(energy: ChipEnergy, layers: tuple[LayerRecord, ...]) -> tuple[list[OpEnergy], dict[str, float]]:
+    """Each layer's dynamic energy at nominal clock and voltage, and the layers' sum by part (one chip)."""
     parts = dict.fromkeys(("compute", "register", "sram", "l2", "dram", "activation", "instruction"), 0.0)
-    priced = []
+    ops = []
     for layer in layers:
         matrix = layer.unit == MATRIX_UNIT
         op = energy.op_energy(matrix, layer.flops, layer.bytes, layer.end_s - layer.start_s, layer.onchip_bytes)
@@ -49,8 +53,8 @@ def _layer_energy(
         parts["dram"] += op.dram_j
         parts["activation"] += op.activation_j
         parts["instruction"] += op.instruction_j
-        priced.append(replace(layer, energy_j=op.total_j))
-    return tuple(priced), parts
+        ops.append(op)
+    return ops, parts
 
 
 def _per_token(result: RunResult, per_sample_j: float) -> float | None:
@@ -75,14 +79,19 @@ def with_energy(
     (see :func:`archsim.models.energy.die_area`).
     """
     energy = chip_energy(chip, tech, Precision(result.precision), dram_bit_j, original)
-    layers, parts = _layer_energy(energy, result.layers)
-    recorded_flops = sum(layer.flops for layer in layers)
+    ops, parts = _layer_energy(energy, result.layers)
+    recorded_flops = sum(layer.flops for layer in result.layers)
     # the recorded layers are one chip's ops once; the step runs the chip's share of all the FLOPs
     share = result.flops / result.num_chips / recorded_flops if recorded_flops else 1.0
     per_chip = {part: joules * share for part, joules in parts.items()}
     per_chip["link"] = sum(link.bytes * BITS_PER_BYTE * link_bit_j[link.link] for link in result.links)
-    dynamic_j = sum(per_chip.values())
-    limit = throttle(dynamic_j, energy.static_w, result.step_time_s, chip.tdp_w)
+    core_j = sum(joules for part, joules in per_chip.items() if part in CORE_PARTS)
+    limit = throttle(
+        core_j, per_chip["dram"] + per_chip["link"], energy.static_w, result.step_time_s, chip.tdp_w, energy.voltage
+    )
+    volts = limit.core_energy_scale  # (V/V0)^2 on what the chip's own supply pays
+    per_chip = {part: joules * volts if part in CORE_PARTS else joules for part, joules in per_chip.items()}
+    layers = tuple(replace(layer, energy_j=op.at_voltage(volts)) for layer, op in zip(result.layers, ops, strict=True))
     step_time_s = limit.step_time_s
     per_chip["static"] = energy.static_w * step_time_s
     chips = result.num_chips
@@ -116,6 +125,7 @@ def with_energy(
         area_mm2=energy.area_mm2,
         area_source=energy.area_source,
         clock_scale=limit.clock_scale,
+        voltage_scale=limit.voltage_scale,
     )
 
 

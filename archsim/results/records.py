@@ -274,6 +274,9 @@ class RunResult:
     clock_scale: float = field(default=1.0, kw_only=True)
     """Fraction of the nominal clock the chip ran at: below 1 when its modelled power passed its TDP and
     the clock throttled (the step's times and throughput include it; the layers are at nominal clock)."""
+    voltage_scale: float = field(default=1.0, kw_only=True)
+    """Fraction of the nominal supply voltage the chip's DVFS pairs with ``clock_scale``
+    (:mod:`archsim.models.dvfs`); the energies are those at it."""
     layers: tuple[LayerRecord, ...]
 
     def missing(self, figure: str) -> str:

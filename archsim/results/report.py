@@ -246,7 +246,8 @@ def _power_text(result: RunResult) -> str:
     """Average power, with the clock's throttle when the chip's TDP held it back."""
     text = f"{result.power_w:.4g} W (peak {result.peak_power_w:.4g} W, static {result.static_power_w:.3g} W)"
     if result.clock_scale < 1.0:
-        text += f", clock throttled to {100 * result.clock_scale:.1f}% by the TDP"
+        scales = f"{100 * result.clock_scale:.1f}% (voltage {100 * result.voltage_scale:.1f}%)"
+        text += f", clock throttled to {scales} by the TDP"
     return text
 
 

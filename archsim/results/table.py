@@ -13,7 +13,11 @@ def summary_lines(result: RunResult) -> list[str]:
     n = result.normalized
     per_watt = f"{n.per_watt:.3g}" if n.per_watt is not None else "n/a"
     per_tdp = f"{n.per_watt_tdp:.3g}" if n.per_watt_tdp is not None else result.missing("tdp")
-    throttled = f", clock throttled to {100 * result.clock_scale:.1f}% by the TDP" if result.clock_scale < 1.0 else ""
+    throttled = (
+        f", clock throttled to {100 * result.clock_scale:.1f}% (voltage {100 * result.voltage_scale:.1f}%) by the TDP"
+        if result.clock_scale < 1.0
+        else ""
+    )
     per_bt = result.missing("transistors")
     if n.per_billion_transistors is not None:
         per_bt = f"{n.per_billion_transistors:.3g}"

@@ -155,6 +155,7 @@ def combined(prefill: RunResult, decode: RunResult, gen_len: int, chip: ChipSpec
         power_w=power_w,
         peak_power_w=max(prefill.peak_power_w, decode.peak_power_w),
         clock_scale=min(prefill.clock_scale, decode.clock_scale),
+        voltage_scale=min(prefill.voltage_scale, decode.voltage_scale),
         layers=tuple(
             [replace(layer, name=f"prefill.{layer.name}") for layer in prefill.layers]
             + [

@@ -7,16 +7,55 @@ given at ``reference_node`` and scaled to a chip's ``process`` by the rule state
 :mod:`archsim.models.energy`. Off-chip memory and link energies are interface figures, not scaled,
 and live with what they price: ``energy_per_bit`` of each memory technology
 (:class:`archsim.spec.memory.MemorySpec`) and link type (:class:`archsim.spec.link.LinkSpec`). Every
-number cites its source in ``sources``, keyed by its YAML path.
+number cites its source in ``sources``, keyed by its YAML path. ``dvfs`` holds the published
+voltage-frequency measurement the power limit's throttle follows (:mod:`archsim.models.dvfs`).
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import model_validator
+from pydantic import ValidationInfo, field_validator, model_validator
 
-from archsim.spec.common import Area, Energy, EnergyPerBit, Length, Name, PowerDensity, Precision, Spec
+from archsim.spec.common import (
+    Area,
+    Energy,
+    EnergyPerBit,
+    Frequency,
+    Length,
+    Name,
+    PowerDensity,
+    Precision,
+    Spec,
+    Voltage,
+)
+
+
+class VoltageCurve(Spec):
+    """One GPU's measured supply voltage against its clock under load: two points and the lowest voltage.
+
+    ``nominal_*``: the top of the curve (the highest clock under load, and the voltage there);
+    ``low_*``: the lowest clock under load, and its voltage; ``floor_voltage``: the lowest voltage
+    the GPU runs at (its idle state's), below which the voltage stops falling with the clock.
+    """
+
+    nominal_clock: Frequency
+    nominal_voltage: Voltage
+    low_clock: Frequency
+    low_voltage: Voltage
+    floor_voltage: Voltage
+
+    @field_validator("low_clock", "low_voltage", "floor_voltage")
+    @classmethod
+    def _below(cls, value: float, info: ValidationInfo) -> float:
+        """Each point lies below the one before it: the curve falls from its top to its floor."""
+        above = {"low_clock": "nominal_clock", "low_voltage": "nominal_voltage", "floor_voltage": "low_voltage"}
+        name = above[str(info.field_name)]
+        top = info.data.get(name)
+        if top is not None and (value > top if info.field_name == "floor_voltage" else value >= top):
+            relation = "at or below" if info.field_name == "floor_voltage" else "below"
+            raise ValueError(f"must be {relation} {name}, got {value:g} against {top:g}")
+        return value
 
 
 class EnergySpec(Spec):
@@ -64,6 +103,9 @@ class EnergySpec(Spec):
     simt_lane_cycle: Energy
     """One lane of a SIMT core's floating-point pipeline for one clock while it runs an op (lane
     activation, as ``matrix_lane_cycle`` for the matrix unit), at the reference node."""
+    dvfs: VoltageCurve
+    """The voltage-frequency curve every chip's power-limit throttle follows, relative to its top
+    (see :mod:`archsim.models.dvfs`)."""
     sources: dict[str, str]
 
     @model_validator(mode="after")

@@ -31,7 +31,8 @@ from archsim.errors import ArchsimError
 from archsim.limits import MAX_OP_SECONDS
 from archsim.models.base import Bound, Unit
 from archsim.models.batch import BatchModel
-from archsim.models.energy import BITS_PER_BYTE, SRAM_ACCESSES_PER_DRAM_BYTE, ChipEnergy, throttle
+from archsim.models.dvfs import throttle
+from archsim.models.energy import BITS_PER_BYTE, SRAM_ACCESSES_PER_DRAM_BYTE, ChipEnergy
 from archsim.results.assembly import (
     decoder_fields,
     generation_fields,
@@ -40,6 +41,7 @@ from archsim.results.assembly import (
     throughput_unit,
     tokens_per_sample,
 )
+from archsim.results.power import CORE_PARTS
 from archsim.results.records import Normalized, RunResult
 from archsim.spec.chip import ChipSpec
 from archsim.spec.efficiency import Efficiency
@@ -128,7 +130,7 @@ def evaluate(group: Group) -> list[RunResult | None]:
     by_bound = np.zeros((len(_BOUNDS), n))
     ends: list[Floats] = []
     unit_free: dict[Unit, Floats] = {}
-    durations: list[tuple[Floats, Floats]] = []
+    durations: list[tuple[Floats, Floats, Floats]] = []
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         for index, op in enumerate(trace.ops):
             cost = model.cost(op)
@@ -179,15 +181,17 @@ def evaluate(group: Group) -> list[RunResult | None]:
             parts["activation"] += activation_j
             parts["instruction"] += instruction_j
             total_j = compute_j + register_j + sram_j + l2_j + dram_j + activation_j + instruction_j
-            durations.append((total_j, duration))
+            durations.append((total_j, dram_j, duration))
     ops_time = np.zeros(n)
     for end in ends:
         ops_time = np.maximum(ops_time, end)
     runs = [_run(group, chips[i], i, float(ops_time[i]), by_bound[:, i], parts) if ok[i] else None for i in range(n)]
     clock_scale = np.array([1.0 if r is None else r.limit.clock_scale for r in runs])
+    volts = np.array([1.0 if r is None else r.limit.core_energy_scale for r in runs])
     peak = np.full(n, -np.inf)
     with np.errstate(divide="ignore", invalid="ignore"):
-        for joules, seconds in durations:
+        for total_j, dram_j, seconds in durations:
+            joules = np.where(volts == 1.0, total_j, (total_j - dram_j) * volts + dram_j)  # OpEnergy.at_voltage
             peak = np.maximum(peak, np.where(seconds > 0, joules / (seconds / clock_scale), -np.inf))
     peak_dynamic = np.where(peak == -np.inf, 0.0, peak)  # max(..., default=0.0) of with_energy
     return [None if r is None else r.result(float(peak_dynamic[i])) for i, r in enumerate(runs)]
@@ -223,14 +227,16 @@ class _Run:
         share = flops / 1 / recorded_flops if recorded_flops else 1.0
         self.per_part: dict[str, float] = {part: float(joules[i]) * share for part, joules in parts.items()}
         self.per_part["link"] = 0  # one chip drives no link: sum() of nothing
-        dynamic_j = sum(self.per_part.values())
-        self.limit = throttle(dynamic_j, self.energy.static_w, self.step_time_s, chip.tdp_w)
+        core_j = sum(joules for part, joules in self.per_part.items() if part in CORE_PARTS)
+        other_j = self.per_part["dram"] + self.per_part["link"]
+        self.limit = throttle(core_j, other_j, self.energy.static_w, self.step_time_s, chip.tdp_w, self.energy.voltage)
 
     def result(self, peak_dynamic_w: float) -> RunResult:
         """The run's result; ``peak_dynamic_w``: the largest of its ops' dynamic power at the throttled clock."""
         trace, chip, energy, limit = self.group.trace, self.chip, self.energy, self.limit
         step_time_s = limit.step_time_s
-        per_part = dict(self.per_part)
+        volts = limit.core_energy_scale
+        per_part = {part: joules * volts if part in CORE_PARTS else joules for part, joules in self.per_part.items()}
         per_part["static"] = energy.static_w * step_time_s
         energy_j = sum(per_part.values()) * 1
         power_w = energy_j / 1 / step_time_s if step_time_s > 0 else energy.static_w
@@ -276,6 +282,7 @@ class _Run:
             area_mm2=energy.area_mm2,
             area_source=energy.area_source,
             clock_scale=limit.clock_scale,
+            voltage_scale=limit.voltage_scale,
             uncertainty=self.group.error_bars[0],
             extrapolation=self.group.error_bars[1],
         )

@@ -51,6 +51,7 @@ RESULT_COLUMNS = (
     "area_mm2",
     "area_source",
     "clock_scale",
+    "voltage_scale",
     "ops_time_s",
     "step_overhead_s",
     "compute_bound_s",

@@ -11,18 +11,18 @@ import yaml
 
 from archsim import simulate
 from archsim.cli import main
-from archsim.errors import SpecError
+from archsim.models.dvfs import VoltageRule
 from archsim.models.energy import (
     chip_energy,
     energy_scale,
     gate_pitch_nm,
     modelled_area_mm2,
     operand_bits_per_mac,
-    throttle,
     transistor_area_mm2,
 )
 from archsim.models.systolic import SystolicSection
 from archsim.models.tensorcore import TensorCoreSection
+from archsim.results.power import CORE_PARTS
 from archsim.results.records import RunResult
 from archsim.spec.chip import Dataflow
 from archsim.spec.common import Precision, replace_path
@@ -89,16 +89,6 @@ def test_modelled_area_grows_with_the_array_and_the_sram(library: Library) -> No
     assert modelled_area_mm2(replace_path(chip, "systolic.ifmap_sram", 2 * sram), tech) > areas[0]
 
 
-def test_throttle_holds_average_power_at_the_limit() -> None:
-    assert throttle(10.0, 5.0, 1.0, None).clock_scale == 1.0
-    assert throttle(10.0, 5.0, 1.0, 20.0).clock_scale == 1.0
-    held = throttle(30.0, 5.0, 1.0, 20.0)
-    assert held.clock_scale == pytest.approx(0.5)
-    assert 30.0 / held.step_time_s + 5.0 == pytest.approx(20.0)
-    with pytest.raises(SpecError, match="static power"):
-        throttle(30.0, 25.0, 1.0, 20.0)
-
-
 def test_a_run_reports_energy_power_and_area_that_add_up(library: Library) -> None:
     run = simulate("v100", "gemm:4096x4096x4096", library=library)
     assert run.energy_j == pytest.approx(sum(run.energy_breakdown_j.values()))
@@ -123,7 +113,12 @@ def test_a_chip_over_its_tdp_throttles_its_clock(library: Library) -> None:
     assert run.power_w == pytest.approx(50.0)
     assert run.step_time_s == pytest.approx(nominal.step_time_s / run.clock_scale)
     assert run.throughput < nominal.throughput
-    assert run.energy_breakdown_j["compute"] == pytest.approx(nominal.energy_breakdown_j["compute"])
+    # the voltage falls with the clock (models/dvfs.py): every action on the chip's supply spends (V/V0)^2
+    # of its energy; at 50 W the V100 is on the curve's floor. Main memory keeps its energy per bit.
+    rule = VoltageRule.of(library.energy().dvfs)
+    assert rule.voltage_scale(run.clock_scale) == rule.floor
+    assert run.energy_breakdown_j["compute"] == pytest.approx(nominal.energy_breakdown_j["compute"] * rule.floor**2)
+    assert run.energy_breakdown_j["dram"] == pytest.approx(nominal.energy_breakdown_j["dram"])
 
 
 def test_multichip_energy_counts_every_chip_and_the_links(multichip_run: RunResult) -> None:
@@ -261,15 +256,23 @@ def test_cli_json_reports_power_energy_and_a_throttled_clock(
     assert main([*args, "--json"]) == 0
     capped = json.loads(capsys.readouterr().out)
     assert capped["power_w"] == pytest.approx(100.0)
-    # at fixed voltage each action keeps its energy: the dynamic power shrinks with the clock
-    static = nominal["static_power_w"]
-    assert capped["clock_scale"] == pytest.approx((100.0 - static) / (nominal["power_w"] - static))
-    assert capped["clock_scale"] < 1.0
+    # DVFS: the voltage falls with the clock, so the actions on the chip's supply spend (V/V0)^2 of their
+    # energy and the dynamic power falls faster than the clock: less clock is lost than at fixed voltage
+    static, scale = nominal["static_power_w"], capped["clock_scale"]
+    volts = VoltageRule.of(Library().energy().dvfs).voltage_scale(scale) ** 2
+    assert (100.0 - static) / (nominal["power_w"] - static) < scale < 1.0
+    core = sum(nominal["energy_breakdown_j"][part] for part in CORE_PARTS)
+    other = nominal["energy_breakdown_j"]["dram"] + nominal["energy_breakdown_j"]["link"]
+    assert scale * (core * volts + other) / nominal["step_time_s"] + static == pytest.approx(100.0)
     assert capped["energy_j"] == pytest.approx(capped["power_w"] * capped["step_time_s"])
     assert capped["step_time_s"] == pytest.approx(nominal["step_time_s"] / capped["clock_scale"])
-    assert capped["energy_breakdown_j"]["compute"] == pytest.approx(nominal["energy_breakdown_j"]["compute"])
+    for part in ("compute", "register", "dram"):
+        expected = nominal["energy_breakdown_j"][part] * (volts if part in CORE_PARTS else 1.0)
+        assert capped["energy_breakdown_j"][part] == pytest.approx(expected), part
     assert main(args) == 0
-    assert f"clock throttled to {100 * capped['clock_scale']:.1f}% by the TDP" in capsys.readouterr().out
+    assert capped["voltage_scale"] == pytest.approx(volts**0.5) and capped["voltage_scale"] < 1.0
+    throttled = f"clock throttled to {100 * scale:.1f}% (voltage {100 * capped['voltage_scale']:.1f}%) by the TDP"
+    assert throttled in capsys.readouterr().out
 
 
 def test_a_die_without_a_published_area_is_estimated_from_its_transistors(library: Library) -> None:

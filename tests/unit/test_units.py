@@ -19,6 +19,8 @@ from archsim.units import Dimension, format_bytes, format_time, parse, parse_byt
         ("300 W", Dimension.POWER, 300.0),
         ("815 mm^2", Dimension.AREA, 815.0),
         ("12 nm", Dimension.LENGTH, 12.0),
+        ("1.068 V", Dimension.VOLTAGE, 1.068),
+        ("718 mV", Dimension.VOLTAGE, 0.718),
     ],
 )
 def test_parse_known_units(text: str, dimension: Dimension, expected: float) -> None:

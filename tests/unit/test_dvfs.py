@@ -1,0 +1,142 @@
+"""The power limit's DVFS throttle (archsim.models.dvfs): the voltage rule, the solved clock, and its runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from archsim import simulate
+from archsim.cli import main
+from archsim.errors import SpecError
+from archsim.models.dvfs import VoltageRule, throttle
+from archsim.results.power import CORE_PARTS
+from archsim.spec.library import Library, builtin_roots
+from archsim.sweep import run_sweep
+
+ENERGY_FILE = next(r for r in builtin_roots() if r.name == "energy") / "cmos.yaml"
+RULE = VoltageRule(slope=1.5, floor=0.7)
+"""A rule with round numbers: the line reaches its floor at 0.8 of the clock."""
+
+
+def test_the_rule_runs_through_the_published_curve(library: Library) -> None:
+    curve = library.energy().dvfs  # TechPowerUp's RTX 2060 FE: 1620-1920 MHz at 0.862-1.068 V, 0.718 V at idle
+    rule = VoltageRule.of(curve)
+    assert rule.slope == pytest.approx((1 - 0.862 / 1.068) / (1 - 1620 / 1920))
+    assert rule.floor == pytest.approx(0.718 / 1.068)
+    assert rule.voltage_scale(1.0) == 1.0
+    assert rule.voltage_scale(1620 / 1920) == pytest.approx(0.862 / 1.068)
+    assert rule.voltage_scale(0.3) == rule.voltage_scale(rule.knee) == pytest.approx(rule.floor)
+    assert 0.7 < rule.knee < 0.75  # the line reaches 0.718 V near 1410 MHz
+    scales = [rule.voltage_scale(s / 100) for s in range(1, 101)]
+    assert scales == sorted(scales)
+
+
+def test_within_the_limit_or_without_one_nothing_throttles() -> None:
+    for limit in (None, 20.0):
+        held = throttle(6.0, 4.0, 5.0, 1.0, limit, RULE)
+        assert (held.clock_scale, held.voltage_scale, held.step_time_s) == (1.0, 1.0, 1.0)
+    with pytest.raises(SpecError, match="static power"):
+        throttle(20.0, 10.0, 25.0, 1.0, 20.0, RULE)
+
+
+def test_the_throttled_step_draws_the_limit_at_the_lower_voltage() -> None:
+    held = throttle(20.0, 10.0, 5.0, 1.0, 20.0, RULE)  # 35 W at nominal clock, 15 W of budget
+    s, v = held.clock_scale, held.voltage_scale
+    assert v == pytest.approx(RULE.voltage_scale(s)) and held.core_energy_scale == pytest.approx(v**2)
+    assert held.step_time_s == pytest.approx(1.0 / s)
+    assert (20.0 * v**2 + 10.0) / held.step_time_s + 5.0 == pytest.approx(20.0, rel=1e-12)
+    assert s > 15.0 / 30.0  # the fixed-voltage answer: the lower voltage costs less clock
+
+
+def test_on_the_floor_the_clock_is_found_in_closed_form() -> None:
+    held = throttle(20.0, 10.0, 5.0, 1.0, 10.0, RULE)  # 5 W of budget: below the knee
+    assert held.voltage_scale == RULE.floor and held.clock_scale < RULE.knee
+    assert held.clock_scale == pytest.approx(5.0 / (20.0 * 0.49 + 10.0))
+
+
+def test_energy_off_the_chips_supply_throttles_as_at_fixed_voltage() -> None:
+    # main memory and links keep their energy per bit: with nothing else, the clock falls in proportion
+    assert throttle(0.0, 30.0, 5.0, 1.0, 20.0, RULE).clock_scale == pytest.approx(0.5)
+
+
+def test_a_lower_limit_never_gives_a_faster_clock() -> None:
+    scales = [throttle(40.0, 10.0, 5.0, 1.0, limit, RULE).clock_scale for limit in range(6, 60, 3)]
+    assert scales == sorted(scales) and scales[-1] == 1.0 and scales[0] < RULE.knee
+    assert throttle(40.0, 10.0, 5.0, 1.0, 30.0, RULE) == throttle(40.0, 10.0, 5.0, 1.0, 30.0, RULE)
+
+
+def test_a_throttled_gpu_spends_the_lower_voltages_energy(library: Library) -> None:
+    run = simulate("h100", "gemm:8192x8192x8192", library=library)
+    entry = library.find(["chip"], "h100")
+    unlimited = library.with_specs({entry: library.chip("h100").model_copy(update={"tdp": None})})
+    nominal = simulate("h100", "gemm:8192x8192x8192", library=unlimited)
+    assert nominal.clock_scale == 1.0 and nominal.power_w > 700.0
+    assert 0.0 < run.clock_scale < 1.0 and run.power_w == pytest.approx(700.0)
+    volts = VoltageRule.of(library.energy().dvfs).voltage_scale(run.clock_scale) ** 2
+    for part, joules in nominal.energy_breakdown_j.items():
+        if part != "static":
+            expected = joules * (volts if part in CORE_PARTS else 1.0)
+            assert run.energy_breakdown_j[part] == pytest.approx(expected), part
+    dynamic = sum(joules for part, joules in run.energy_breakdown_j.items() if part != "static")
+    assert sum(layer.energy_j for layer in run.layers) == pytest.approx(dynamic)
+    assert run.step_time_s == pytest.approx(nominal.step_time_s / run.clock_scale)
+    assert run.throughput == pytest.approx(nominal.throughput * run.clock_scale)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "problem"),
+    [
+        ("low_voltage", "1.2 V", "dvfs.low_voltage: must be below nominal_voltage"),
+        ("low_clock", "2 GHz", "dvfs.low_clock: must be below nominal_clock"),
+        ("floor_voltage", "0.9 V", "dvfs.floor_voltage: must be at or below low_voltage"),
+        ("floor_voltage", "0.718", "dvfs.floor_voltage: '0.718' has no unit"),
+        ("nominal_voltage", "1.068 GHz", "dvfs.nominal_voltage: "),
+    ],
+)
+def test_a_bad_voltage_curve_is_one_line_error(
+    field: str, value: str, problem: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = yaml.safe_load(ENERGY_FILE.read_text())
+    data["dvfs"][field] = value
+    (tmp_path / "cmos.yaml").write_text(yaml.safe_dump(data))
+    code = main(["run", "--lib", str(tmp_path), "v100", "gemm:64x64x64", "--json"])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    assert captured.err.startswith("archsim: error: ") and f"cmos.yaml: {problem}" in captured.err
+    assert captured.err.count("\n") == 1
+
+
+def test_a_user_curve_moves_the_throttled_clock(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["run", "--lib", str(tmp_path), "h100", "gemm:8192x8192x8192", "--json"]
+    assert main(args) == 0
+    published = json.loads(capsys.readouterr().out)
+    data = yaml.safe_load(ENERGY_FILE.read_text())
+    data["dvfs"]["low_voltage"] = "1.06 V"  # a nearly flat curve: the voltage barely follows the clock
+    (tmp_path / "cmos.yaml").write_text(yaml.safe_dump(data))
+    assert main(args) == 0
+    flat = json.loads(capsys.readouterr().out)
+    assert flat["clock_scale"] < published["clock_scale"] < 1.0
+    assert flat["power_w"] == pytest.approx(published["power_w"]) == pytest.approx(700.0)
+
+
+def test_the_batch_path_throttles_as_the_event_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("archsim.sweep.batch.MIN_GROUP", 1)  # price even a small group on the batch path
+    sweep = {
+        "schema_version": 1,
+        "kind": "sweep",
+        "name": "dvfs-both-paths",
+        "target": "h100",
+        "workloads": ["gemm:4096x4096x4096", "resnet50"],
+        "grid": {"chip.tdp": ["150 W", "400 W", "600 W", "700 W"]},  # on the floor, on the line, unthrottled
+    }
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    batch = run_sweep(path, jobs=1, progress=False, path="batch")
+    event = run_sweep(path, jobs=1, progress=False, path="event")
+    pd.testing.assert_frame_equal(batch, event, check_exact=True)
+    scales = batch["clock_scale"]
+    assert (scales < 1.0).sum() >= 3 and (scales == 1.0).any()
