@@ -11,6 +11,8 @@ limits are in :mod:`archsim.limits`.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import yaml
 
 from archsim.errors import SpecError
@@ -45,7 +47,7 @@ def check_yaml_structure(text: str, source: str) -> None:
     open_anchors: list[str | None] = []
     sizes: dict[str, int] = {}  # expanded values under each closed anchor
     expanded = 0
-    for event in yaml.parse(text, Loader=_Loader):
+    for event in _events(text, source):
         if isinstance(event, yaml.CollectionStartEvent):
             if len(starts) >= MAX_YAML_DEPTH:
                 raise SpecError(source, _line(event), f"nested deeper than {MAX_YAML_DEPTH} levels")
@@ -77,3 +79,20 @@ def check_yaml_structure(text: str, source: str) -> None:
                 f"more than {MAX_YAML_NODES} values once aliases are expanded; not a description "
                 "(a larger trace file must hold one op per line, as write_trace writes them)",
             )
+
+
+def _events(text: str, source: str) -> Iterator[yaml.Event]:
+    """The parser's events of ``text``; its own nesting limit reported as archsim's.
+
+    libyaml's scanner (PyYAML 6.0.4 on) refuses flow collections nested beyond 1,000 levels while it
+    looks ahead, before the deeper collections' events reach :func:`check_yaml_structure`; such text is
+    nested deeper than archsim's limit too, and is refused with the same message.
+    """
+    try:
+        yield from yaml.parse(text, Loader=_Loader)
+    except yaml.MarkedYAMLError as err:
+        if err.problem is None or "nesting depth" not in err.problem:
+            raise
+        mark = err.problem_mark
+        line = f"line {mark.line + 1}" if mark is not None else ""
+        raise SpecError(source, line, f"nested deeper than {MAX_YAML_DEPTH} levels") from None
