@@ -23,7 +23,7 @@ from archsim.run.expert_parallel import EXPERT_PARALLEL_NOTE, expert_data_fabric
 from archsim.run.pipeline import stage_needs
 from archsim.run.remedies import system_changes
 from archsim.run.system_result import notify, system_result
-from archsim.run.tensor_parallel import TENSOR_PARALLEL_NOTE, FreeStreamComm, stream_spans
+from archsim.run.tensor_parallel import TENSOR_PARALLEL_NOTE, free_stream_calls, stream_spans
 from archsim.spec.system import Algorithm
 from archsim.workloads.expert_parallel import is_expert_gradient
 from archsim.workloads.trace import CommGroup, Trace
@@ -48,7 +48,7 @@ def data_parallel(context: SystemContext, trace: Trace) -> RunResult:
     single_end = max((t.end_s for t in single), default=0.0)
     stream_exposed_s = 0.0  # what the in-stream collectives add over the same step with none
     if any(op.comm is not None and op.comm.in_stream for op in compute.ops):
-        free = replay(compute, FreeStreamComm(model), context.issue_s)
+        free = replay(compute, free_stream_calls(model), context.issue_s)
         stream_exposed_s = max(0.0, single_end - max(t.end_s for t in free))
     costs = iter(t.cost for t in single)
     statistics = LinkStatistics()

@@ -24,7 +24,7 @@ from archsim.run.context import SystemContext
 from archsim.run.expert_parallel import EXPERT_PARALLEL_NOTE, expert_data_fabric
 from archsim.run.remedies import system_changes
 from archsim.run.system_result import notify, system_result
-from archsim.run.tensor_parallel import TENSOR_PARALLEL_NOTE, FreeStreamComm, stream_spans
+from archsim.run.tensor_parallel import TENSOR_PARALLEL_NOTE, free_stream_calls, stream_spans
 from archsim.workloads.expert_parallel import is_expert_gradient
 from archsim.workloads.memory import memory_per_chip, resident_bytes
 from archsim.workloads.microbatches import BlockKind, pipeline_programs
@@ -86,7 +86,7 @@ def pipelined(context: SystemContext, trace: Trace, microbatches: int) -> RunRes
     in_stream = stream_blocks(outcome, priced)
     stream_exposed_s = 0.0  # what the in-stream collectives add over the same step with none
     if in_stream:
-        priced_free = price_programs(programs, [FreeStreamComm(m) for m in models], context.issue_s)
+        priced_free = price_programs(programs, [free_stream_calls(m) for m in models], context.issue_s)
         stream_exposed_s = free.end_s - pipeline_step(priced_free, placement, comm, communicate=False).end_s
     entries, stage_spans = _pipeline_entries(trace, stages, outcome, priced)
     chip_spans = [

@@ -89,6 +89,8 @@ class StreamCommModel:
     """The tensor-parallel group's calls (None: no tensor parallelism)."""
     expert_calls: GroupCalls | None = None
     """The expert-parallel group's calls (None: no expert parallelism)."""
+    free: bool = False
+    """Price every in-stream collective at nothing (:func:`free_stream_calls`)."""
     chip: ChipSpec = field(init=False)
     """The inner model's chip."""
     precision: Precision = field(init=False)
@@ -104,13 +106,13 @@ class StreamCommModel:
         )
 
     def cost(self, op: Op) -> OpCost:
-        """An in-stream collective holds the chip's stream (its matrix unit) for one call; else ``inner``'s."""
+        """An in-stream collective holds the chip's stream for one call (none when ``free``); else ``inner``'s."""
         comm = op.comm
         if comm is None or not comm.in_stream:
             return self.inner.cost(op)
         calls = self.expert_calls if comm.group is CommGroup.EXPERT_PARALLEL else self.calls
         assert calls is not None, f"{op.name}: a group to call on"
-        seconds = calls.time_s(comm.kind.value, comm.bytes)
+        seconds = 0.0 if self.free else calls.time_s(comm.kind.value, comm.bytes)
         return OpCost(
             time_s=seconds,
             compute_s=0.0,
@@ -124,43 +126,13 @@ class StreamCommModel:
         )
 
 
-@dataclass
-class FreeStreamComm:
-    """A chip's model with free links: in-stream collectives take no time, the rest is ``inner``'s.
+def free_stream_calls(model: CostModel) -> CostModel:
+    """``model`` with its in-stream collectives costing nothing (one without any, as it is).
 
     The reference a step's ``exposed_comm_s`` is measured against: the same step, its tensor- and
-    expert-parallel calls costing nothing.
+    expert-parallel calls free.
     """
-
-    inner: CostModel
-    chip: ChipSpec = field(init=False)
-    """The inner model's chip."""
-    precision: Precision = field(init=False)
-    """The inner model's precision."""
-    separate_units: bool = field(init=False)
-    """As the inner model's."""
-
-    def __post_init__(self) -> None:
-        self.chip, self.precision, self.separate_units = (
-            self.inner.chip,
-            self.inner.precision,
-            self.inner.separate_units,
-        )
-
-    def cost(self, op: Op) -> OpCost:
-        """Nothing for an in-stream collective; else ``inner``'s cost."""
-        if op.comm is None or not op.comm.in_stream:
-            return self.inner.cost(op)
-        return OpCost(
-            time_s=0.0,
-            compute_s=0.0,
-            memory_s=0.0,
-            overhead_s=0.0,
-            dram_bytes=0,
-            roofline_s=0.0,
-            bound=Bound.COMMUNICATION,
-            unit=Unit.MATRIX,
-        )
+    return replace(model, free=True) if isinstance(model, StreamCommModel) else model
 
 
 def stream_spans(timed: Iterable[tuple[Op, float, float]]) -> list[tuple[float, float]]:
