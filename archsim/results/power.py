@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from archsim.errors import LookupFailed, SpecError
-from archsim.models.dvfs import throttle
+from archsim.models.dvfs import Throttle, throttle
 from archsim.models.energy import BITS_PER_BYTE, ChipEnergy, OpEnergy, chip_energy
 from archsim.results.records import LayerRecord, Normalized, RunResult
 from archsim.spec.chip import ChipSpec
@@ -57,6 +57,22 @@ def _layer_energy(energy: ChipEnergy, layers: tuple[LayerRecord, ...]) -> tuple[
     return ops, parts
 
 
+def throttled(
+    parts: Mapping[str, float], energy: ChipEnergy, step_time_s: float, limit_w: float | None
+) -> tuple[Throttle, dict[str, float]]:
+    """The power limit's throttle of a step of dynamic energy ``parts`` per chip, and the parts at its voltage.
+
+    ``parts`` are at nominal voltage; at the throttled one :data:`CORE_PARTS` are times ``(V/V0)^2``,
+    the others as they are. The event path (:func:`with_energy`) and the batch sweep path
+    (:mod:`archsim.sweep.batch_eval`) both throttle through it.
+    """
+    core_j = sum(joules for part, joules in parts.items() if part in CORE_PARTS)
+    other_j = sum(joules for part, joules in parts.items() if part not in CORE_PARTS)
+    limit = throttle(core_j, other_j, energy.static_w, step_time_s, limit_w, energy.voltage)
+    volts = limit.core_energy_scale
+    return limit, {part: joules * volts if part in CORE_PARTS else joules for part, joules in parts.items()}
+
+
 def _per_token(result: RunResult, per_sample_j: float) -> float | None:
     """Energy per token: per sample where a sample is a token (a decode step), else over ``seq_len``."""
     if result.throughput_unit == "tokens/s":
@@ -85,12 +101,8 @@ def with_energy(
     share = result.flops / result.num_chips / recorded_flops if recorded_flops else 1.0
     per_chip = {part: joules * share for part, joules in parts.items()}
     per_chip["link"] = sum(link.bytes * BITS_PER_BYTE * link_bit_j[link.link] for link in result.links)
-    core_j = sum(joules for part, joules in per_chip.items() if part in CORE_PARTS)
-    limit = throttle(
-        core_j, per_chip["dram"] + per_chip["link"], energy.static_w, result.step_time_s, chip.tdp_w, energy.voltage
-    )
+    limit, per_chip = throttled(per_chip, energy, result.step_time_s, chip.tdp_w)
     volts = limit.core_energy_scale  # (V/V0)^2 on what the chip's own supply pays
-    per_chip = {part: joules * volts if part in CORE_PARTS else joules for part, joules in per_chip.items()}
     layers = tuple(replace(layer, energy_j=op.at_voltage(volts)) for layer, op in zip(result.layers, ops, strict=True))
     step_time_s = limit.step_time_s
     per_chip["static"] = energy.static_w * step_time_s

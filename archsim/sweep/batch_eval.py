@@ -31,7 +31,6 @@ from archsim.errors import ArchsimError
 from archsim.limits import MAX_OP_SECONDS
 from archsim.models.base import Bound, Unit
 from archsim.models.batch import BatchModel
-from archsim.models.dvfs import throttle
 from archsim.models.energy import BITS_PER_BYTE, SRAM_ACCESSES_PER_DRAM_BYTE, ChipEnergy
 from archsim.results.assembly import (
     decoder_fields,
@@ -41,7 +40,7 @@ from archsim.results.assembly import (
     throughput_unit,
     tokens_per_sample,
 )
-from archsim.results.power import CORE_PARTS
+from archsim.results.power import throttled
 from archsim.results.records import Normalized, RunResult
 from archsim.spec.chip import ChipSpec
 from archsim.spec.efficiency import Efficiency
@@ -225,18 +224,15 @@ class _Run:
         flops = group.flops  # trace.flops, summed once for the group
         recorded_flops = flops  # the recorded layers are the trace's ops: the same sum
         share = flops / 1 / recorded_flops if recorded_flops else 1.0
-        self.per_part: dict[str, float] = {part: float(joules[i]) * share for part, joules in parts.items()}
-        self.per_part["link"] = 0  # one chip drives no link: sum() of nothing
-        core_j = sum(joules for part, joules in self.per_part.items() if part in CORE_PARTS)
-        other_j = self.per_part["dram"] + self.per_part["link"]
-        self.limit = throttle(core_j, other_j, self.energy.static_w, self.step_time_s, chip.tdp_w, self.energy.voltage)
+        per_part: dict[str, float] = {part: float(joules[i]) * share for part, joules in parts.items()}
+        per_part["link"] = 0  # one chip drives no link: sum() of nothing
+        self.limit, self.per_part = throttled(per_part, self.energy, self.step_time_s, chip.tdp_w)  # at its voltage
 
     def result(self, peak_dynamic_w: float) -> RunResult:
         """The run's result; ``peak_dynamic_w``: the largest of its ops' dynamic power at the throttled clock."""
         trace, chip, energy, limit = self.group.trace, self.chip, self.energy, self.limit
         step_time_s = limit.step_time_s
-        volts = limit.core_energy_scale
-        per_part = {part: joules * volts if part in CORE_PARTS else joules for part, joules in self.per_part.items()}
+        per_part = dict(self.per_part)
         per_part["static"] = energy.static_w * step_time_s
         energy_j = sum(per_part.values()) * 1
         power_w = energy_j / 1 / step_time_s if step_time_s > 0 else energy.static_w
