@@ -284,20 +284,23 @@ def _load() -> None:
         ordered = {name: _FAMILIES[name] for name in builtins if name in _FAMILIES} | _FAMILIES
         _FAMILIES.clear()
         _FAMILIES.update(ordered)
-        for point in entry_points_of(ENTRY_POINT_GROUP):
-            _import(point.value.split(":")[0].strip(), f"entry point {point.name} = {point.value}")
-        for module in (m.strip() for m in os.environ.get(ENV_VAR, "").split(",")):
-            if module:
-                _import(module, ENV_VAR)
+        for module, source in plugin_modules():
+            _import(module, source)
     except BaseException:
         _loaded = False  # the next lookup tries again, and fails the same way, rather than missing a family
         raise
 
 
-def plugin_modules() -> list[str]:
-    """The plug-in family modules named (entry points, then :data:`ENV_VAR`), in load order, none imported."""
-    named = [point.value.split(":")[0].strip() for point in entry_points_of(ENTRY_POINT_GROUP)]
-    return named + [m.strip() for m in os.environ.get(ENV_VAR, "").split(",") if m.strip()]
+def plugin_modules() -> list[tuple[str, str]]:
+    """The plug-in family modules named, each with where (entry points, then :data:`ENV_VAR`), in load order.
+
+    None is imported here.
+    """
+    named = [
+        (point.value.split(":")[0].strip(), f"entry point {point.name} = {point.value}")
+        for point in entry_points_of(ENTRY_POINT_GROUP)
+    ]
+    return named + [(m.strip(), ENV_VAR) for m in os.environ.get(ENV_VAR, "").split(",") if m.strip()]
 
 
 def _builtin_alone(name: str) -> FamilyDefinition | None:

@@ -90,7 +90,7 @@ def library_fingerprint(library: Library) -> str:
     from archsim.limits import description_files
 
     digest = hashlib.sha256(__version__.encode())
-    for module in plugin_modules():
+    for module, _ in plugin_modules():
         digest.update(f"plug-in:{module}:".encode())
         digest.update(_module_source_digest(module))
     for number, root in enumerate(library.roots):
