@@ -13,6 +13,7 @@ import pytest
 
 from archsim import simulate
 from archsim.cli import main
+from archsim.models.energy import energy_scale
 from archsim.spec.library import Library
 from archsim.validation import prepare
 from archsim.validation.run import report_for
@@ -75,3 +76,52 @@ def test_tensor_core_gemm_dynamic_energy_per_flop_matches_a_measured_gv100() -> 
     not_dynamic = {"static", "activation", "link"}
     modelled_j = sum(joules for part, joules in run.energy_breakdown_j.items() if part not in not_dynamic)
     assert modelled_j / run.flops == pytest.approx(measured_j_per_flop, rel=0.15)
+
+
+GV100_SGEMM = {
+    "measured_w": 217.4926,  # hw_power_validation_volta.csv, parboil_sgemm_k1: mean of 5 NVML readings
+    "cycles": 358_744.025,  # hw_perf.csv, parboil-sgemm mysgemmNT: Elapsed_Cycles at the locked clock
+    "shared_accesses": 8_642_304,  # hw_perf.csv, parboil-sgemm: SHRD_ACC (warp-level shared-memory instructions)
+    "clock_hz": 1.447e9,
+    "idle_sms": 1.88,  # hw_perf.csv: Num_Idle_SMs
+    "constant_w": 32.32522272,  # accelwattch_sass_hw.xml constant_power
+    "simt_activation_w": 18.618 + 31 * 0.6452,  # static_cat2_flane + 31 x static_cat2_addlane (full warps)
+    "idle_sm_w": 0.28279166,  # accelwattch_sass_hw.xml idle_core_power, per idle SM
+}
+SGEMM_SHAPE = (1024, 1056, 992)
+"""Parboil's sgemm 'medium' product (C = A B^T): m x n x k = 1.0727e9 MACs, as its counters confirm
+(one 128-bit shared load per 4 FMAs and a store per 8 k steps give SHRD_ACC = m n k / 128 + m n k / 4096)."""
+
+
+@pytest.mark.validation
+@pytest.mark.xfail(
+    strict=True,
+    reason="the SIMT matrix path's dynamic energy per FLOP is 23% below AccelWattch's measured GV100 SGEMM, "
+    "even with the kernel's own shared-memory instructions added. Horowitz's and Dally's figures are at 0.9 V; "
+    "a supply factor (V/0.9 V)^2 of 1.12 to 1.24 (0.95 to 1.0 V at 1447 MHz) would bring this check and the "
+    "tensor-core one above both within 15%, and the model prices none (README, 'Power and DVFS')",
+)
+def test_cuda_core_sgemm_dynamic_energy_per_flop_matches_a_measured_gv100() -> None:
+    """AccelWattch's hardware measurement of an fp32 GEMM on the CUDA cores of a GV100, against the V100's model.
+
+    The same sources as the tensor-core check above: Parboil's ``sgemm`` (its 'medium' input) on a
+    Quadro GV100 locked at 1447 MHz reads 217.5 W. Less AccelWattch's constant power, its INT+FP
+    category's lane activation over the active SMs (what ``simt_lane_cycle`` is derived from) and its
+    idle-SM power, 146.9 W remain: 17.0 pJ per FLOP. Parboil's kernel issues a 128-bit shared-memory
+    load per four FMAs (its counters), which the model's register-tiled kernel does not; those
+    instructions, counted from the measurement at ``simt_instruction`` each, are added to the model's
+    dynamic energy before the comparison, so the check is of the energies per action, not of which
+    kernel runs.
+    """
+    m = GV100_SGEMM
+    sms = 80
+    active = (sms - m["idle_sms"]) / sms
+    dynamic_w = m["measured_w"] - m["constant_w"] - m["simt_activation_w"] * active - m["idle_sms"] * m["idle_sm_w"]
+    flops = 2 * SGEMM_SHAPE[0] * SGEMM_SHAPE[1] * SGEMM_SHAPE[2]
+    measured_j_per_flop = dynamic_w * m["cycles"] / m["clock_hz"] / flops
+    run = simulate("v100", "gemm:{}x{}x{}".format(*SGEMM_SHAPE), precision="fp32", library=LIBRARY)
+    not_dynamic = {"static", "activation", "link"}
+    modelled_j = sum(joules for part, joules in run.energy_breakdown_j.items() if part not in not_dynamic)
+    issue_j = LIBRARY.energy().simt_instruction * energy_scale(LIBRARY.chip("v100"), LIBRARY.energy())
+    shared_loads_j = m["shared_accesses"] * 32 * issue_j
+    assert (modelled_j + shared_loads_j) / flops == pytest.approx(measured_j_per_flop, rel=0.15)
