@@ -126,6 +126,8 @@ def with_energy(
         utilization=result.utilization * limit.clock_scale,
         mfu=None if result.mfu is None else result.mfu * limit.clock_scale,
         tokens_per_s=None if result.tokens_per_s is None else result.tokens_per_s * limit.clock_scale,
+        ttft_s=None if result.ttft_s is None else result.ttft_s / limit.clock_scale,
+        tpot_s=None if result.tpot_s is None else result.tpot_s / limit.clock_scale,
         normalized=Normalized.of(throughput / chips, chip, power_w, energy.area_mm2),
         energy_j=energy_j,
         energy_per_sample_j=per_sample,

@@ -240,7 +240,7 @@ class _Run:
         throughput = self.throughput * limit.clock_scale
         unit = throughput_unit(trace)
         per_token = per_sample if unit == "tokens/s" else (per_sample / trace.seq_len if trace.seq_len else None)
-        generation = generation_fields(trace, self.throughput, self.step_time_s)
+        generation = generation_fields(trace, throughput, step_time_s)  # at the throttled clock, as the event path
         return RunResult(
             software=self.group.software,
             input_wait_s=self.input_wait_s,
