@@ -51,7 +51,8 @@ produces those counts, so the dynamic energy is a lower bound of what the silico
 (45 nm). At node ``L`` an energy is ``E x P(L) / P(L_ref)`` (:func:`energy_scale`), ``P`` the
 node's contacted gate pitch (``gate_pitch``): switched capacitance shrinks with the physical
 dimensions of the cells and wires, while the supply voltage, about 0.9 V at 45 nm, has stopped
-scaling (Horowitz ISSCC 2014). Below about 20 nm a node's name is no longer a physical length (TSMC
+scaling (Horowitz ISSCC 2014; the supply a chip runs at is priced separately, below). Below about
+20 nm a node's name is no longer a physical length (TSMC
 "12 nm" has 16 nm's 90 nm pitch; "4 nm" N5's 51 nm), so scaling by the name, as this model once
 did, priced a 4 nm MAC at a third of what its pitch implies. Between two nodes of the table the
 pitch is interpolated on log scales; above the largest node it grows in proportion to the name
@@ -67,6 +68,20 @@ the chip's default precision) plus on-chip SRAM bitcells (see :func:`onchip_memo
 the node's area. I/O and wiring are not modelled, so a modelled area is a lower bound; it grows with
 the array and the SRAM, as does static power. A variant of a chip with a published or estimated
 whole-die area (a sweep's) has that area plus the change in modelled area.
+
+**Supply voltage.** Horowitz's figures are at 0.9 V (``reference_voltage``), and the lane-activation
+figures derived from AccelWattch's GV100 are brought to it. A GPU's published clock is a boost clock
+(:attr:`~archsim.spec.registry.FamilyDefinition.boost_clock`), which it reaches at the top of its
+voltage-frequency curve: its supply there is taken to be the measured curve's top
+(``dvfs.nominal_voltage``, 1.068 V), so every action on it spends ``(1.068 / 0.9)^2 = 1.41`` times its
+0.9 V energy (:func:`supply_scale`). Two measurements of a GV100 at 1447 MHz bound the factor: a
+tensor-core GEMM and an SGEMM (``tests/validation/test_power.py``) both hold within 15% only for a
+factor of 1.10 to 1.24 there, and the curve puts a V100 at 1447 MHz (0.946 of its nominal clock) at
+0.996 V, a factor of 1.23. A chip of a family with a fixed clock (systolic arrays, IPUs, cubes,
+dataflow fabrics) is priced at the reference voltage: Google's measured TPU v4 power (mean 170 W,
+maximum 192 W) is what its 0.9 V energies give, and the GPU curve's top would put it past 192 W. Main
+memory and links are on their own supplies and keep their energy per bit, and the static power is a
+measured idle draw, not scaled. No datacenter accelerator publishes its own voltage.
 
 **Static power** (leakage and idle clocking) is ``static_power_density x area`` while the chip is
 powered, the whole step.
@@ -85,6 +100,7 @@ from archsim.models.dvfs import VoltageRule
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Precision, parse_shape
 from archsim.spec.energy import EnergySpec
+from archsim.spec.registry import family_definition
 
 BITS_PER_BYTE = 8
 ACCUMULATOR_BITS = 32
@@ -155,6 +171,21 @@ def gate_pitch_nm(node_nm: float, tech: EnergySpec) -> float:
 def energy_scale(chip: ChipSpec, tech: EnergySpec) -> float:
     """Logic and SRAM energy at ``chip``'s node over the reference node's: the ratio of their gate pitches."""
     return gate_pitch_nm(process_nm(chip, tech), tech) / gate_pitch_nm(tech.reference_node, tech)
+
+
+def supply_scale(tech: EnergySpec) -> float:
+    """Energy of an action on a boosting chip's supply at its nominal clock over the same at ``reference_voltage``.
+
+    ``C V^2``: a chip whose published clock is a boost clock runs it at the top of the measured
+    voltage-frequency curve (``dvfs.nominal_voltage``), above the 0.9 V of Horowitz's table (see the
+    module docstring).
+    """
+    return (tech.dvfs.nominal_voltage / tech.reference_voltage) ** 2
+
+
+def boosts(chip: ChipSpec) -> bool:
+    """Whether ``chip``'s family publishes boost clocks (``boost_clock`` of its family definition)."""
+    return family_definition(chip.family).boost_clock
 
 
 def modelled_area_mm2(chip: ChipSpec, tech: EnergySpec) -> float:
@@ -315,12 +346,15 @@ def chip_energy(
     dram_bit_j: float,
     original: ChipSpec | None = None,
 ) -> ChipEnergy:
-    """Resolve ``chip``'s per-action energies at ``precision`` from ``tech`` (scaled by :func:`energy_scale`).
+    """Resolve ``chip``'s per-action energies at ``precision`` from ``tech``.
+
+    Every energy on the chip's own supply is scaled by :func:`energy_scale` (its node) and, on a
+    chip that publishes a boost clock, :func:`supply_scale` (its voltage there).
 
     ``dram_bit_j`` is the ``energy_per_bit`` of the chip's main-memory technology (an interface
     figure, not scaled). ``original`` is the description ``chip`` varies, if any (see :func:`die_area`).
     """
-    scale = energy_scale(chip, tech)
+    scale = energy_scale(chip, tech) * (supply_scale(tech) if boosts(chip) else 1.0)
     area, area_source = die_area(chip, tech, original)
     section = chip.section
     simt_matrix = section.simt_ops_per_instruction(precision, matrix=True)

@@ -420,5 +420,6 @@ register_family(
         build,
         "tensor-core GPUs (NVIDIA, AMD CDNA)",
         batch="archsim.models.tensorcore_batch",
+        boost_clock=True,
     )
 )

@@ -68,6 +68,10 @@ class EnergySpec(Spec):
     description: str
     reference_node: Length
     """Process node (nm) at which ``mac``, ``vector_op``, ``sram_read`` and the areas are given."""
+    reference_voltage: Voltage
+    """Supply voltage at which every per-action energy here is given (Horowitz's table's); a chip's
+    own supply prices them at ``(dvfs.nominal_voltage / reference_voltage)^2`` at its nominal clock
+    (see :func:`archsim.models.energy.supply_scale`)."""
     default_node: Length
     """Node assumed for a chip whose ``process`` is not published."""
     mac: dict[Precision, Energy]
@@ -104,8 +108,8 @@ class EnergySpec(Spec):
     """One lane of a SIMT core's floating-point pipeline for one clock while it runs an op (lane
     activation, as ``matrix_lane_cycle`` for the matrix unit), at the reference node."""
     dvfs: VoltageCurve
-    """The voltage-frequency curve every chip's power-limit throttle follows, relative to its top
-    (see :mod:`archsim.models.dvfs`)."""
+    """The voltage-frequency curve every chip's power-limit throttle follows, relative to its top; its
+    top voltage is every chip's supply at its nominal clock (see :mod:`archsim.models.dvfs`)."""
     sources: dict[str, str]
 
     @model_validator(mode="after")

@@ -186,6 +186,10 @@ class FamilyDefinition:
     batch: str | None = None
     """Module of the family's batch model (:mod:`archsim.models.batch`), imported when a sweep prices many
     variants of a chip at once; None: its sweeps take the event path, one run per configuration."""
+    boost_clock: bool = False
+    """Its chips' published clock is a boost clock, which the chip reaches at the top of its
+    voltage-frequency curve (GPU Boost, AMD's peak engine clock), so its actions are priced at that
+    voltage; otherwise at the energy table's reference voltage (:func:`archsim.models.energy.supply_scale`)."""
 
 
 @dataclass(frozen=True, slots=True)
