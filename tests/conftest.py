@@ -124,13 +124,28 @@ def multichip_run(library: Library) -> RunResult:
 
 @pytest.fixture(scope="session")
 def report_sweep_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The folder of :data:`REPORT_SWEEP`'s results (``results.parquet``), run once per session."""
+    """The folder of :data:`REPORT_SWEEP`'s results (``results.parquet``), run once per session.
+
+    Under pytest-xdist the files that read it (test_report.py, test_report_browser.py) usually run
+    on different workers: the first to need it runs the sweep (4 to 5 s) and moves its folder into
+    the session's temporary folder that the workers share, where the others find it whole (a
+    rename is atomic) and only read it. A worker that finds no such folder runs its own.
+    """
     from archsim.sweep import run_sweep
 
+    shared = tmp_path_factory.getbasetemp().parent / "report-sweep" if "PYTEST_XDIST_WORKER" in os.environ else None
+    if shared is not None and shared.is_dir():
+        return shared / "results"
     folder = tmp_path_factory.mktemp("report-sweep")
     spec = folder / "report-sweep.yaml"
     spec.write_text(yaml.safe_dump(REPORT_SWEEP, sort_keys=False))
     run_sweep(str(spec), folder / "results", jobs=1, progress=False)
+    if shared is not None:
+        try:
+            folder.rename(shared)
+        except OSError:  # another worker moved its folder there first: read this one
+            return folder / "results"
+        return shared / "results"
     return folder / "results"
 
 
