@@ -18,6 +18,7 @@ from archsim import simulate
 from archsim.results.records import RunResult
 from archsim.spec.cache import CACHE_ENV
 from archsim.spec.library import Library
+from tests.notebooks import SESSION_FOLDER_ENV
 
 _CACHE_KEY = pytest.StashKey[tuple[str, str | None]]()
 
@@ -33,17 +34,20 @@ REPORT_SWEEP = {
     # the second batch fits no chip: every configuration also has refused rows
     "points": [{"run.batch": 8}, {"run.batch": 100000}],
 }
-"""A sweep with two targets, two workloads, a varying chip count and refused rows (16 rows, ~1 s)."""
+"""A sweep with two targets, two workloads, a varying chip count and refused rows (16 rows, about 2 s)."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Give this process (each xdist worker, too) a cache folder of its own, never the user's.
+    """Give this process (each xdist worker, too) a cache folder of its own, never the user's; tell a
+    worker the session's temporary folder that all workers share (:func:`tests.notebooks.shared_folder`).
 
     Set here rather than in a fixture: some test modules build a library while they are collected.
     """
     folder = tempfile.mkdtemp(prefix="archsim-cache-")
     config.stash[_CACHE_KEY] = (folder, os.environ.get(CACHE_ENV))
     os.environ[CACHE_ENV] = folder
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: its basetemp is SESSION/popen-gwN
+        os.environ[SESSION_FOLDER_ENV] = str(Path(config.option.basetemp).parent)
 
 
 SCHEDULED_FIRST = (
@@ -101,9 +105,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Remove the session's cache folder and restore the variable."""
+    """Remove the process's cache folder and restore the variables."""
     folder, before = config.stash[_CACHE_KEY]
     shutil.rmtree(folder, ignore_errors=True)
+    os.environ.pop(SESSION_FOLDER_ENV, None)
     if before is None:
         os.environ.pop(CACHE_ENV, None)
     else:
@@ -127,13 +132,15 @@ def report_sweep_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The folder of :data:`REPORT_SWEEP`'s results (``results.parquet``), run once per session.
 
     Under pytest-xdist the files that read it (test_report.py, test_report_browser.py) usually run
-    on different workers: the first to need it runs the sweep (4 to 5 s) and moves its folder into
-    the session's temporary folder that the workers share, where the others find it whole (a
-    rename is atomic) and only read it. A worker that finds no such folder runs its own.
+    on different workers: the first to need it runs the sweep (2 s alone, 4 to 5 s in the suite)
+    and moves its folder into the session's temporary folder that the workers share
+    (:data:`tests.notebooks.SESSION_FOLDER_ENV`), where the others find it whole (a rename is
+    atomic) and only read it.
     """
     from archsim.sweep import run_sweep
 
-    shared = tmp_path_factory.getbasetemp().parent / "report-sweep" if "PYTEST_XDIST_WORKER" in os.environ else None
+    session = os.environ.get(SESSION_FOLDER_ENV)
+    shared = Path(session) / "report-sweep" if session is not None else None
     if shared is not None and shared.is_dir():
         return shared / "results"
     folder = tmp_path_factory.mktemp("report-sweep")
