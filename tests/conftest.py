@@ -3,6 +3,7 @@ run and a sweep to report on."""
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import tempfile
@@ -17,6 +18,7 @@ from archsim import simulate
 from archsim.results.records import RunResult
 from archsim.spec.cache import CACHE_ENV
 from archsim.spec.library import Library
+from tests.notebooks import SESSION_FOLDER_ENV
 
 _CACHE_KEY = pytest.StashKey[tuple[str, str | None]]()
 
@@ -32,17 +34,20 @@ REPORT_SWEEP = {
     # the second batch fits no chip: every configuration also has refused rows
     "points": [{"run.batch": 8}, {"run.batch": 100000}],
 }
-"""A sweep with two targets, two workloads, a varying chip count and refused rows (16 rows, ~1 s)."""
+"""A sweep with two targets, two workloads, a varying chip count and refused rows (16 rows, about 2 s)."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Give this process (each xdist worker, too) a cache folder of its own, never the user's.
+    """Give this process (each xdist worker, too) a cache folder of its own, never the user's; tell a
+    worker the session's temporary folder that all workers share (:func:`tests.notebooks.shared_folder`).
 
     Set here rather than in a fixture: some test modules build a library while they are collected.
     """
     folder = tempfile.mkdtemp(prefix="archsim-cache-")
     config.stash[_CACHE_KEY] = (folder, os.environ.get(CACHE_ENV))
     os.environ[CACHE_ENV] = folder
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: its basetemp is SESSION/popen-gwN
+        os.environ[SESSION_FOLDER_ENV] = str(Path(config.option.basetemp).parent)
 
 
 SCHEDULED_FIRST = (
@@ -77,10 +82,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=rank)
 
 
+YOUNG_COLLECTION_THRESHOLD = 10_000
+"""Allocations between two collections of the youngest generation in a test process (CPython's default: 700)."""
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Keep the cyclic garbage collector off what lives as long as the test process, and run it less often.
+
+    Collection imports the test modules and what they use (archsim, pandas, hypothesis, PyTorch and
+    ONNX where installed): some 230,000 objects that last until the process ends. As ``archsim``
+    itself does with its imports (:func:`archsim.cli.main`), they are frozen (:func:`gc.freeze`), so
+    that no collection traverses them again. And the youngest generation is collected every
+    :data:`YOUNG_COLLECTION_THRESHOLD` allocations rather than 700: the simulations a test runs
+    allocate millions of short-lived objects (SimPy events, ops, records), and at 700 the collector
+    ran some 3,400 times in ``tests/unit/test_todays_chips.py`` with ``test_api.py`` and took 2.45 s
+    of their 20 s, against 0.35 s now. Reference counting frees acyclic garbage at once either way;
+    only cycles wait a little longer.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, *gc.get_threshold()[1:])
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Remove the session's cache folder and restore the variable."""
+    """Remove the process's cache folder and restore the variables."""
     folder, before = config.stash[_CACHE_KEY]
     shutil.rmtree(folder, ignore_errors=True)
+    os.environ.pop(SESSION_FOLDER_ENV, None)
     if before is None:
         os.environ.pop(CACHE_ENV, None)
     else:
@@ -101,13 +129,30 @@ def multichip_run(library: Library) -> RunResult:
 
 @pytest.fixture(scope="session")
 def report_sweep_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The folder of :data:`REPORT_SWEEP`'s results (``results.parquet``), run once per session."""
+    """The folder of :data:`REPORT_SWEEP`'s results (``results.parquet``), run once per session.
+
+    Under pytest-xdist the files that read it (test_report.py, test_report_browser.py) usually run
+    on different workers: the first to need it runs the sweep (2 s alone, 4 to 5 s in the suite)
+    and moves its folder into the session's temporary folder that the workers share
+    (:data:`tests.notebooks.SESSION_FOLDER_ENV`), where the others find it whole (a rename is
+    atomic) and only read it.
+    """
     from archsim.sweep import run_sweep
 
+    session = os.environ.get(SESSION_FOLDER_ENV)
+    shared = Path(session) / "report-sweep" if session is not None else None
+    if shared is not None and shared.is_dir():
+        return shared / "results"
     folder = tmp_path_factory.mktemp("report-sweep")
     spec = folder / "report-sweep.yaml"
     spec.write_text(yaml.safe_dump(REPORT_SWEEP, sort_keys=False))
     run_sweep(str(spec), folder / "results", jobs=1, progress=False)
+    if shared is not None:
+        try:
+            folder.rename(shared)
+        except OSError:  # another worker moved its folder there first: read this one
+            return folder / "results"
+        return shared / "results"
     return folder / "results"
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -37,32 +36,65 @@ def execute(path: Path, out: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     )
     client.execute()  # raises CellExecutionError, naming the cell, on any error
     if copy is not None:
-        partial = copy.with_suffix(f".{os.getpid()}.part")
-        nbformat.write(book, partial)
-        partial.replace(copy)  # whole or absent: a reader never sees half a notebook
+        _keep(copy, nbformat.writes(book))
     return book
+
+
+SESSION_FOLDER_ENV = "ARCHSIM_TEST_SESSION_DIR"
+"""Set by ``tests/conftest.py`` in each pytest-xdist worker: the session's temporary folder, the parent
+of every worker's own, which pytest removes with the sessions it no longer keeps (the last 3 stay)."""
+
+
+def shared_folder(name: str) -> Path | None:
+    """The folder ``name`` that the workers of this pytest-xdist session share (None outside xdist)."""
+    root = os.environ.get(SESSION_FOLDER_ENV)
+    if root is None:
+        return None
+    folder = Path(root) / name
+    folder.mkdir(exist_ok=True)
+    return folder
 
 
 def _session_copy(path: Path) -> Path | None:
     """Where this pytest-xdist session keeps the executed ``path`` (None outside xdist: no sharing).
 
-    The folder is named by xdist's run id (new every session) and the notebook's own bytes, so a copy
-    is never read by another session or for an edited notebook.
+    The folder is the session's own (:func:`shared_folder`) and the file is named by the notebook's
+    bytes, so a copy is never read by another session or for an edited notebook.
     """
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    if run is None:
+    folder = shared_folder("notebooks")
+    if folder is None:
         return None
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-    folder = Path(tempfile.gettempdir()) / f"archsim-notebooks-{run}"
-    folder.mkdir(exist_ok=True)
     return folder / f"{path.stem}-{digest}.ipynb"
 
 
+def _keep(copy: Path, text: str) -> None:
+    """Write ``copy`` whole or not at all: a reader in another worker never sees half of it."""
+    partial = copy.with_suffix(f".{os.getpid()}.part")
+    partial.write_text(text, encoding="utf-8")
+    partial.replace(copy)
+
+
 def export_html(book: Any, path: Path) -> Path:
-    """An executed notebook as ``jupyter nbconvert --to html`` writes it, saved at ``path``."""
+    """An executed notebook as ``jupyter nbconvert --to html`` writes it, saved at ``path``.
+
+    Both test files export the same executed notebook: under pytest-xdist the first export is kept
+    for the session, beside the executed copies and named by the notebook's bytes, and the second
+    reads it (an export takes about a second).
+    """
     nbconvert = pytest.importorskip("nbconvert")
+    nbformat = pytest.importorskip("nbformat")
+    folder = shared_folder("notebooks")
+    copy = None
+    if folder is not None:
+        copy = folder / f"export-{hashlib.sha256(nbformat.writes(book).encode()).hexdigest()[:16]}.html"
+        if copy.exists():
+            path.write_text(copy.read_text(encoding="utf-8"), encoding="utf-8")
+            return path
     body, _ = nbconvert.HTMLExporter().from_notebook_node(book)
     path.write_text(body, encoding="utf-8")
+    if copy is not None:
+        _keep(copy, body)
     return path
 
 

@@ -18,8 +18,9 @@ streaming memory is ``streaming_memory_bytes``.
 
 from __future__ import annotations
 
+import copy
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import TYPE_CHECKING, Any
 
 from archsim.engine.replay import OpTiming
@@ -301,8 +302,27 @@ class RunResult:
         return scope
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict; layers in trace order."""
-        return asdict(self)
+        """A JSON-ready dict, equal to :func:`dataclasses.asdict`'s; layers in trace order.
+
+        A layer holds only strings and numbers, so its dict is read off its fields: asdict's copy of
+        each of them took about half the time of a ``--json`` run's output (5 ms of ResNet-50's 9 ms).
+        """
+        layers = tuple({name: getattr(layer, name) for name in _LAYER_FIELDS} for layer in self.layers)
+        return {f.name: layers if f.name == "layers" else _plain(getattr(self, f.name)) for f in fields(self)}
+
+
+_LAYER_FIELDS = tuple(f.name for f in fields(LayerRecord))
+
+
+def _plain(value: Any) -> Any:
+    """``value`` copied as :func:`dataclasses.asdict` copies a field's value."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    if isinstance(value, list | tuple):
+        return type(value)(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return type(value)((_plain(k), _plain(v)) for k, v in value.items())
+    return copy.deepcopy(value)
 
 
 def to_json(result: RunResult) -> str:

@@ -151,9 +151,15 @@ class _Segments:
         """Tensors a later segment reads: checkpoints, never rebuilt."""
         self.kept_output = {index for index, name in main.items() if name in crossing}
         """Forward ops whose main output is a checkpoint, in memory when the segment is rebuilt."""
+        self._ops: dict[int, list[int]] = {}
 
     def ops_of(self, segment: int) -> list[int]:
-        """Forward ops of ``segment`` needed to rebuild its tensors from the checkpoints, in trace order."""
+        """Forward ops of ``segment`` rebuilding its tensors from the checkpoints, in trace order (found once)."""
+        if segment not in self._ops:  # asked again for every saved tensor of the segment a backward op reads
+            self._ops[segment] = self._find_ops(segment)
+        return self._ops[segment]
+
+    def _find_ops(self, segment: int) -> list[int]:
         if self.whole:
             return [index for index, s in enumerate(self.segment) if s == segment]
         wanted = {self.producer[name] for name in self.rebuilt[segment]}

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 from archsim import simulate
 from archsim.api import resolve_target, run_trace
-from archsim.results.records import to_json
+from archsim.results.records import RunResult, to_json
 from archsim.results.report import run_summary
 from archsim.results.table import summary_lines
 from archsim.spec.common import Precision
 from archsim.spec.library import Library
+from archsim.time_to_train import simulate_training
 from archsim.workloads import build_trace
 from archsim.workloads.trace import Mode
 
@@ -73,3 +74,18 @@ def test_not_published_is_shown_as_such(library: Library) -> None:
     gpu = simulate("v100", "resnet50", batch=4, library=library)
     assert gpu.chip_not_published == ()
     assert gpu.normalized.per_watt is not None and gpu.normalized.per_watt_tdp is not None
+
+
+def test_to_dict_and_to_json_are_asdict_and_json_dumps(library: Library, multichip_run: RunResult) -> None:
+    # a chip, a system with links and collectives, a pipeline, a decoder step, a fed run that also trains
+    results = [
+        simulate("v100", "resnet50", mode="train", batch=8, library=library),
+        multichip_run,
+        simulate("ipu-m2000", "bert-base", mode="train", batch=8, pipeline_stages=4, library=library),
+        simulate("a100", "gpt2", mode="decode", batch=2, library=library),
+        simulate_training("dgx1", "resnet50", batch=64, input_decode="host", library=library),
+    ]
+    assert multichip_run.links and multichip_run.collectives and results[-1].time_to_train is not None
+    for result in results:
+        assert list(result.to_dict().items()) == list(asdict(result).items())
+        assert to_json(result) == json.dumps(asdict(result), indent=1, allow_nan=False)
