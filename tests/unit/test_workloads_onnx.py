@@ -301,3 +301,27 @@ def test_a_conv_attribute_of_the_wrong_type_is_one_line(tmp_path: Path, name: st
         import_onnx(path, Mode.INFER, 2, Precision.FP16, None)
     assert f"node 'conv': {name}: expected" in info.value.line()
     assert "\n" not in info.value.line()
+
+
+def test_a_graph_name_that_is_not_utf8_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the fuzz test's later find: a graph name of invalid UTF-8 reached the run's error bars as bytes
+    from onnx import TensorProto, helper
+
+    relu = helper.make_node("Relu", ["x"], ["y"])
+    graph = helper.make_graph(
+        [relu],
+        "good",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
+    data = helper.make_model(graph).SerializeToString()
+    assert data.count(b"good") == 1
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(data.replace(b"good", b"g\xffod"))
+    assert main(["run", "v100", str(bad)]) == 2
+    captured = capsys.readouterr()
+    assert (
+        captured.out == ""
+        and captured.err
+        == f"archsim: error: {bad}: graph.name: not valid UTF-8 text (a corrupted or truncated file?)\n"
+    )

@@ -121,8 +121,10 @@ def _check_text(graph: Any, source: str) -> None:
     Protobuf hands a string field that is not valid UTF-8 (a corrupted file) back as bytes, which no
     name or message could use.
     """
-    fields: list[tuple[str, list[Any]]] = [
-        (f"graph.{part}", [v.name for v in getattr(graph, part)]) for part in ("input", "output", "initializer")
+    fields: list[tuple[str, list[Any]]] = [("graph.name", [graph.name])]
+    fields += [
+        (f"graph.{part}", [v.name for v in getattr(graph, part)])
+        for part in ("input", "output", "initializer", "value_info")
     ]
     for index, node in enumerate(graph.node):
         where = f"graph.node[{index}]"
