@@ -120,6 +120,7 @@ def with_energy(
         layers=layers,
         step_time_s=step_time_s,
         ops_time_s=result.ops_time_s / limit.clock_scale,
+        time_by_bound={bound: seconds / limit.clock_scale for bound, seconds in result.time_by_bound.items()},
         step_overhead_s=result.step_overhead_s / limit.clock_scale,
         throughput=throughput,
         single_chip_throughput=None if single is None else single * limit.clock_scale,

@@ -258,7 +258,7 @@ class _Run:
             normalized=Normalized.of(throughput / 1, chip, power_w, energy.area_mm2),
             ops_time_s=self.ops_time_s / limit.clock_scale,
             step_overhead_s=self.step_overhead_s / limit.clock_scale,
-            time_by_bound=self.by_bound,
+            time_by_bound={bound: seconds / limit.clock_scale for bound, seconds in self.by_bound.items()},
             **memory_fields(chip, trace.memory_bytes),
             **generation,
             **decoder_fields(trace, 1, throughput, step_time_s, chip.peak_flops(trace.precision)),

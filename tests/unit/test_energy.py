@@ -120,6 +120,8 @@ def test_a_chip_over_its_tdp_throttles_its_clock(library: Library) -> None:
     assert run.clock_scale < 1.0
     assert run.power_w == pytest.approx(50.0)
     assert run.step_time_s == pytest.approx(nominal.step_time_s / run.clock_scale)
+    for bound, seconds in nominal.time_by_bound.items():  # the time by bound follows the clock too
+        assert run.time_by_bound[bound] == pytest.approx(seconds / run.clock_scale), bound
     assert run.throughput < nominal.throughput
     # the voltage falls with the clock (models/dvfs.py): every action on the chip's supply spends (V/V0)^2
     # of its energy; at 50 W the V100 is on the curve's floor. Main memory keeps its energy per bit.
