@@ -316,6 +316,11 @@ def test_logic_energy_scales_with_the_gate_pitch_of_the_node(library: Library) -
     assert energy_scale(library.chip("a100-40gb"), tech) == pytest.approx(57.0 / 160.0)
 
 
+def at_1447(library: Library) -> float:
+    """``(V/V0)^2`` of a V100 at AccelWattch's locked 1447 MHz: its lane figures were measured at that voltage."""
+    return VoltageRule.of(library.energy().dvfs).voltage_scale(1.447e9 / library.chip("v100").clock) ** 2
+
+
 def test_lane_activation_is_paid_by_instruction_issued_matrix_units_while_they_run(library: Library) -> None:
     tech = library.energy()
     v100 = library.chip("v100")
@@ -324,8 +329,7 @@ def test_lane_activation_is_paid_by_instruction_issued_matrix_units_while_they_r
     boost = supply_scale(tech)
     assert energy.matrix_active_w == pytest.approx(lanes * v100.clock * tech.matrix_lane_cycle * 90 / 160 * boost)
     # AccelWattch's 48.95 W at its 1447 MHz, at the V100's own 1530 MHz clock and the voltage there
-    at_1447 = VoltageRule.of(tech.dvfs).voltage_scale(1.447e9 / v100.clock) ** 2
-    assert energy.matrix_active_w == pytest.approx(48.95 * v100.clock / 1.447e9 / at_1447, rel=1e-3)
+    assert energy.matrix_active_w == pytest.approx(48.95 * v100.clock / 1.447e9 / at_1447(library), rel=1e-3)
     assert energy.op_energy(True, 0, 0, 2.0).activation_j == pytest.approx(2.0 * energy.matrix_active_w)
     # an element-wise op runs on the CUDA cores: their lanes' activation, not the tensor cores'
     assert energy.op_energy(False, 10**9, 0, 2.0).activation_j == pytest.approx(2.0 * energy.vector_active_w)
@@ -369,8 +373,7 @@ def test_simt_cores_pay_instruction_issue_and_their_own_lane_activation(library:
     assert energy.register_mac_j == 0.0  # operand fetch is part of the instruction's overhead
     assert energy.matrix_active_w == pytest.approx(56 * 64 * p100.clock * tech.simt_lane_cycle * 90 / 160 * boost)
     # AccelWattch's 38.62 W (INT+FP kernels, 5120 lanes at a V100's 1447 MHz), per lane at the P100's clock
-    at_1447 = VoltageRule.of(tech.dvfs).voltage_scale(1.447e9 / library.chip("v100").clock) ** 2
-    assert energy.matrix_active_w == pytest.approx(38.62 * 56 / 80 * p100.clock / 1.447e9 / at_1447, rel=1e-3)
+    assert energy.matrix_active_w == pytest.approx(38.62 * 56 / 80 * p100.clock / 1.447e9 / at_1447(library), rel=1e-3)
     v100 = library.chip("v100")
     tensor = chip_energy(v100, tech, Precision.FP16, 0.0)  # tensor cores amortize issue over MxNxK MACs
     assert tensor.matrix_instruction_j == 0.0 and tensor.register_mac_j > 0.0
@@ -399,8 +402,7 @@ def test_element_wise_ops_on_simt_cores_pay_their_lane_activation(
     assert energy.vector_active_w == pytest.approx(
         80 * 64 * v100.clock * tech.simt_lane_cycle * 90 / 160 * supply_scale(tech)
     )
-    at_1447 = VoltageRule.of(tech.dvfs).voltage_scale(1.447e9 / v100.clock) ** 2  # AccelWattch's clock's voltage
-    assert energy.vector_active_w == pytest.approx(38.62 * v100.clock / 1.447e9 / at_1447, rel=1e-3)
+    assert energy.vector_active_w == pytest.approx(38.62 * v100.clock / 1.447e9 / at_1447(library), rel=1e-3)
     # fp32 matrix work on the same CUDA cores pays the same lanes' activation
     assert chip_energy(v100, tech, Precision.FP32, 0.0).matrix_active_w == pytest.approx(energy.vector_active_w)
     run = simulate("v100", "resnet50", mode="train", batch=32, library=library)

@@ -14,14 +14,20 @@ import pytest
 from archsim import simulate
 from archsim.cli import main
 from archsim.models.dvfs import VoltageRule
-from archsim.models.energy import energy_scale, supply_scale
+from archsim.models.energy import chip_energy
 from archsim.results.power import CORE_PARTS
 from archsim.results.records import RunResult
+from archsim.spec.common import Precision
 from archsim.spec.library import Library
 from archsim.validation import prepare
 from archsim.validation.run import report_for
 
 LIBRARY = Library(use_env=False)
+
+
+def volts_at(chip: str, clock_hz: float) -> float:
+    """``(V/V0)^2`` of ``chip``'s supply at ``clock_hz``, by the energy model's voltage-frequency rule."""
+    return VoltageRule.of(LIBRARY.energy().dvfs).voltage_scale(clock_hz / LIBRARY.chip(chip).clock) ** 2
 
 
 def dynamic_j_at(run: RunResult, chip: str, clock_hz: float) -> float:
@@ -30,8 +36,7 @@ def dynamic_j_at(run: RunResult, chip: str, clock_hz: float) -> float:
     The chip's own supply follows the energy model's voltage-frequency rule below its nominal clock;
     whatever the power limit did to ``run`` is undone first. Main memory keeps its energy per bit.
     """
-    rule = VoltageRule.of(LIBRARY.energy().dvfs)
-    volts = (rule.voltage_scale(clock_hz / LIBRARY.chip(chip).clock) / run.voltage_scale) ** 2
+    volts = volts_at(chip, clock_hz) / run.voltage_scale**2
     parts = run.energy_breakdown_j
     core = sum(joules for part, joules in parts.items() if part in CORE_PARTS and part != "activation")
     return core * volts + parts["dram"]
@@ -130,9 +135,7 @@ def test_cuda_core_sgemm_dynamic_energy_per_flop_matches_a_measured_gv100() -> N
     measured_j_per_flop = dynamic_w * m["cycles"] / m["clock_hz"] / flops
     run = simulate("v100", "gemm:{}x{}x{}".format(*SGEMM_SHAPE), precision="fp32", library=LIBRARY)
     modelled_j = dynamic_j_at(run, "v100", m["clock_hz"])
-    tech = LIBRARY.energy()
-    rule = VoltageRule.of(tech.dvfs)
-    at_clock = rule.voltage_scale(m["clock_hz"] / LIBRARY.chip("v100").clock) ** 2
-    issue_j = tech.simt_instruction * energy_scale(LIBRARY.chip("v100"), tech) * supply_scale(tech) * at_clock
-    shared_loads_j = m["shared_accesses"] * 32 * issue_j
+    # one fp32 lane instruction on the V100's CUDA cores, as the model prices it, at 1447 MHz's voltage
+    issue_j = chip_energy(LIBRARY.chip("v100"), LIBRARY.energy(), Precision.FP32, 0.0).matrix_instruction_j
+    shared_loads_j = m["shared_accesses"] * 32 * issue_j * volts_at("v100", m["clock_hz"])
     assert (modelled_j + shared_loads_j) / flops == pytest.approx(measured_j_per_flop, rel=0.15)
