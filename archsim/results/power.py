@@ -9,8 +9,9 @@ layers are the representative chip's (one microbatch, every stage once), so thei
 by the chip's share of the step's FLOPs; each chip is taken to drive one link of every link class
 the step used. When the chip's average power would pass its
 published TDP the clock and the supply voltage throttle together (:func:`archsim.models.dvfs.throttle`):
-the step's times, throughput and utilization say so through ``clock_scale``, and its energy, power and
-breakdown (each layer's too) are those at the lower voltage.
+the step's times (each layer's start and end too, over the same cycles), throughput and utilization say
+so through ``clock_scale``, and its energy, power and breakdown (each layer's too) are those at the lower
+voltage. A layer's ``roofline_s`` stays the nominal clock's.
 """
 
 from __future__ import annotations
@@ -103,13 +104,20 @@ def with_energy(
     per_chip["link"] = sum(link.bytes * BITS_PER_BYTE * link_bit_j[link.link] for link in result.links)
     limit, per_chip = throttled(per_chip, energy, result.step_time_s, chip.tdp_w)
     volts = limit.core_energy_scale  # (V/V0)^2 on what the chip's own supply pays
-    layers = tuple(replace(layer, energy_j=op.at_voltage(volts)) for layer, op in zip(result.layers, ops, strict=True))
+    slower = 1.0 / limit.clock_scale  # every time of the step stretches by it, each layer's too (same cycles)
+    layers = tuple(
+        replace(layer, energy_j=op.at_voltage(volts), start_s=layer.start_s * slower, end_s=layer.end_s * slower)
+        for layer, op in zip(result.layers, ops, strict=True)
+    )
     step_time_s = limit.step_time_s
     per_chip["static"] = energy.static_w * step_time_s
     chips = result.num_chips
     energy_j = sum(per_chip.values()) * chips
     power_w = energy_j / chips / step_time_s if step_time_s > 0 else energy.static_w
-    durations = [(layer.energy_j, layer.end_s - layer.start_s) for layer in layers]
+    # each op's power at the throttled clock: its energy over its nominal time stretched (as the batch path)
+    durations = [
+        (layer.energy_j, nominal.end_s - nominal.start_s) for layer, nominal in zip(layers, result.layers, strict=True)
+    ]
     peak_dynamic = max((j / (s / limit.clock_scale) for j, s in durations if s > 0), default=0.0)
     samples = result.global_batch or result.batch * chips
     per_sample = energy_j / samples

@@ -53,6 +53,7 @@ class LayerRecord:
     tensor_bytes: int
     """Bytes of the tensors the op reads and writes, each once."""
     roofline_s: float
+    """The op's roofline time at the chip's nominal clock (a power-limit throttle leaves it there)."""
     bound: str
     stage: int = 0
     """Pipeline stage whose chip ran the op (0 without pipelining)."""

@@ -85,6 +85,12 @@ def test_a_throttled_gpu_spends_the_lower_voltages_energy(library: Library) -> N
     assert sum(layer.energy_j for layer in run.layers) == pytest.approx(dynamic)
     assert run.step_time_s == pytest.approx(nominal.step_time_s / run.clock_scale)
     assert run.throughput == pytest.approx(nominal.throughput * run.clock_scale)
+    # every layer stretches with the step over the same cycles: the timeline ends where the step does
+    for slow, fast in zip(run.layers, nominal.layers, strict=True):
+        assert slow.start_s == pytest.approx(fast.start_s / run.clock_scale)
+        assert slow.end_s == pytest.approx(fast.end_s / run.clock_scale)
+        assert slow.cycles == fast.cycles and slow.roofline_s == fast.roofline_s
+    assert max(layer.end_s for layer in run.layers) == pytest.approx(run.ops_time_s)
 
 
 @pytest.mark.parametrize(

@@ -338,7 +338,9 @@ def test_lane_activation_is_paid_by_instruction_issued_matrix_units_while_they_r
         assert other.matrix_active_w == other.vector_active_w == 0.0
         assert other.op_energy(False, 10**9, 0, 2.0).activation_j == 0.0
     run = simulate("v100", "gemm:4096x4096x4096", library=library)
-    busy = sum(layer.end_s - layer.start_s for layer in run.layers if layer.unit == "matrix")
+    # the layers' times are at the throttled clock; the lanes are active over the same cycles, which
+    # take ``clock_scale`` of that time at the nominal clock that ``matrix_active_w`` is priced at
+    busy = sum(layer.end_s - layer.start_s for layer in run.layers if layer.unit == "matrix") * run.clock_scale
     # (the 4096 cube passes the V100's 300 W: at the throttled voltage, (V/V0)^2 of it)
     expected = busy * energy.matrix_active_w * run.voltage_scale**2
     assert run.energy_breakdown_j["activation"] == pytest.approx(expected)
