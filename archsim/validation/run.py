@@ -216,7 +216,10 @@ def measure(row: Row, result: RunResult) -> float:
     layers = [layer for layer in result.layers if layer.phase == row.phase]
     if not layers:
         raise SpecError(row.id, "phase", f"the run has no op of phase {row.phase!r}")
-    seconds = sum(layer.end_s - layer.start_s for layer in layers)
+    # a kernel benchmark's op is read at the nominal clock: it times one kernel for milliseconds, which
+    # a board's power limit (acting over longer windows) does not throttle, while archsim throttles a
+    # run to its step's average power and stretches its layers with the clock (archsim.results.power)
+    seconds = sum(layer.end_s - layer.start_s for layer in layers) * result.clock_scale
     if row.metric is Metric.OP_RATE:
         return sum(layer.flops for layer in layers) / seconds / 1e12
     return 1e3 * seconds

@@ -63,6 +63,18 @@ def test_report_error_and_mape(tmp_path: Path, library: Library) -> None:
     assert report.mape(Group.SINGLE_CHIP) is None
 
 
+def test_a_kernel_row_is_read_at_the_nominal_clock_when_its_run_throttles(tmp_path: Path, library: Library) -> None:
+    # an 8192^3 fp16 product passes the V100's 300 W: the run throttles and its layer stretches, but a
+    # kernel benchmark times one kernel, which a board's power limit does not throttle
+    row = {**ROW, "workload": "gemm:8192x8192x8192", "published": 20.0}
+    (result,) = validate(library, str(table(tmp_path, [row]))).rows
+    run = simulate("v100", "gemm:8192x8192x8192", library=library)
+    assert run.clock_scale < 1.0
+    (layer,) = run.layers
+    assert result.predicted == pytest.approx(1e3 * (layer.end_s - layer.start_s) * run.clock_scale)
+    assert result.predicted == pytest.approx(1e3 * layer.cycles / library.chip("v100").clock, rel=1e-6)
+
+
 def test_in_scope_mape_leaves_out_rows_known_outside(tmp_path: Path, library: Library) -> None:
     outside = {**ROW, "id": "far", "published": 1.0, "known_outside": "a reason"}
     report = validate(library, str(table(tmp_path, [ROW, outside])))
