@@ -214,10 +214,25 @@ def statistics_bytes(op: Op) -> int:
     return 0  # inference (running statistics), or recomputed with the statistics saved from forward
 
 
-def compute_fraction(efficiency: TensorCoreEfficiency, op: Op) -> float:
-    """The reachable fraction of the matrix peak: ``data_gradient`` for dgrad convolutions."""
+def data_gradient_fraction(tc: TensorCoreSection, efficiency: TensorCoreEfficiency, precision: Precision) -> float:
+    """The reachable fraction of the matrix peak of a dgrad convolution on ``tc`` at ``precision``.
+
+    ``data_gradient`` where the tensor cores run it: that is what it was fitted to (DeepBench's V100
+    dgrad kernels, all fp16 on tensor cores). On CUDA cores (every precision on a P100, fp32 on a V100)
+    no dgrad kernel was measured, so a dgrad convolution reaches ``compute``, as its forward does.
+    """
+    on_tensor_cores = tc.simt_ops_per_instruction(precision, matrix=True) is None
+    return efficiency.data_gradient if on_tensor_cores else efficiency.compute
+
+
+def compute_fraction(efficiency: TensorCoreEfficiency, op: Op, data_gradient: Any) -> Any:
+    """The reachable fraction of the matrix peak of ``op``.
+
+    ``data_gradient`` (the chip's :func:`data_gradient_fraction`) for a dgrad convolution, ``compute``
+    for every other matrix op.
+    """
     if op.conv is not None and op.phase is Phase.BACKWARD_DATA:
-        return efficiency.data_gradient
+        return data_gradient
     return efficiency.compute
 
 
@@ -284,6 +299,7 @@ class TensorCoreModel:
                 f"and {m * n * ACCUMULATOR_BYTES * REGISTER_OVERHEAD:.0f} B of registers",
             )
         self.sm_macs_per_clock = sm_macs_per_clock(self.tc, precision)
+        self.data_gradient = data_gradient_fraction(self.tc, efficiency, precision)
 
     def cost(self, op: Op) -> OpCost:
         """Price one op (matrix ops as tiled kernels, the rest as streaming kernels)."""
@@ -348,7 +364,7 @@ class TensorCoreModel:
             SCALAR,
             op,
             (tile_m, tile_n, threads, split),
-            (self.tc.sm_count, blocks, self.sm_macs_per_clock, self.chip.clock),
+            (self.tc.sm_count, blocks, self.sm_macs_per_clock, self.chip.clock, self.data_gradient),
             self.eff,
             self.precision.element_bytes,
             dram_bytes_per_s,
@@ -373,7 +389,7 @@ def tile_cost(
     arith: Arith,
     op: Op,
     candidate: tuple[int, int, int, int],
-    gpu: tuple[Any, Any, Any, Any],
+    gpu: tuple[Any, Any, Any, Any, Any],
     efficiency: TensorCoreEfficiency,
     element_bytes: float,
     dram_bytes_per_s: Any,
@@ -381,11 +397,12 @@ def tile_cost(
     """One candidate kernel of a matrix op: its tiles, the busiest SM's MACs, compute_s, DRAM bytes, memory_s.
 
     ``candidate`` is ``(tile_m, tile_n, threads, split)``; ``gpu`` is ``(sm_count, blocks_per_sm,
-    sm_macs_per_clock, clock_hz)``, numbers of one GPU (``arith`` :data:`~archsim.models.base.SCALAR`)
+    sm_macs_per_clock, clock_hz, data_gradient)`` (the last: :func:`data_gradient_fraction`), numbers of
+    one GPU (``arith`` :data:`~archsim.models.base.SCALAR`)
     or arrays of many (:mod:`archsim.models.tensorcore_batch`): one formula for both.
     """
     tile_m, tile_n, threads, split = candidate
-    sm_count, blocks_per_sm, sm_macs, clock_hz = gpu
+    sm_count, blocks_per_sm, sm_macs, clock_hz, data_gradient = gpu
     gemm = gemm_of(op)
     m_tiles, n_tiles = ceil_div(gemm.m, tile_m), ceil_div(gemm.n, tile_n)
     tiles = gemm.batch * m_tiles * n_tiles * split
@@ -395,7 +412,7 @@ def tile_cost(
     resident_warps = arith.minimum(tiles_on_busiest_sm, blocks_per_sm) * threads // 32
     occupancy = arith.minimum(1.0, resident_warps / WARPS_FOR_FULL_RATE)
     waves = ceil_div(tiles_on_busiest_sm, blocks_per_sm)
-    rate = sm_macs * compute_fraction(efficiency, op) * occupancy * clock_hz
+    rate = sm_macs * compute_fraction(efficiency, op, data_gradient) * occupancy * clock_hz
     dram = tiled_dram_bytes(arith, op, m_tiles, n_tiles, sm_count * blocks_per_sm, element_bytes)
     if split > 1:
         # partial sums go out in fp32 and are read back by the reduction

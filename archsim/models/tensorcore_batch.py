@@ -32,6 +32,7 @@ from archsim.models.tensorcore import (
     TensorCoreSection,
     blocks_per_sm,
     cuda_core_flops_per_s,
+    data_gradient_fraction,
     may_split_k,
     persistent_bytes,
     sm_macs_per_clock,
@@ -64,6 +65,7 @@ class TensorCoreBatch:
         self.sm_count = ints([s.sm_count for s in sections])
         self.onchip_bytes = ints([persistent_bytes(s) for s in sections])
         self.sm_macs = ints([sm_macs_per_clock(s, precision) for s in sections])
+        self.data_gradient = floats([data_gradient_fraction(s, efficiency, precision) for s in sections])
         self.blocks = {shape: ints([blocks_per_sm(s, precision, *shape) for s in sections]) for shape in TILE_SHAPES}
         self.memo: dict[object, tuple[Floats, Floats, Ints, Ints] | None] = {}
 
@@ -125,7 +127,7 @@ class TensorCoreBatch:
             ARRAYS,
             op,
             (tile_m, tile_n, threads, split),
-            (self.sm_count, safe_blocks, self.sm_macs, self.rates.clock_hz),
+            (self.sm_count, safe_blocks, self.sm_macs, self.rates.clock_hz, self.data_gradient),
             self.eff,
             self.precision.element_bytes,
             dram_bytes_per_s,
