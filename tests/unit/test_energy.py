@@ -348,7 +348,7 @@ def test_lane_activation_is_paid_by_instruction_issued_matrix_units_while_they_r
 
 def test_a_dense_gemm_draws_the_tdp_of_the_tensor_core_gpus(library: Library) -> None:
     # the acceptance of issue 17: within 15% of the TDP, or held at it by the DVFS throttle; the p100
-    # (62%: fp16 on CUDA cores, no tensor cores) falls short (README, "Energy, power and area")
+    # (63%: fp16 on CUDA cores, no tensor cores) falls short (README, "Energy, power and area")
     for name in (
         "v100",
         "v100-32gb",
