@@ -103,7 +103,7 @@ def with_energy(
     per_chip["link"] = sum(link.bytes * BITS_PER_BYTE * link_bit_j[link.link] for link in result.links)
     limit, per_chip = throttled(per_chip, energy, result.step_time_s, chip.tdp_w)
     volts = limit.core_energy_scale  # (V/V0)^2 on what the chip's own supply pays
-    layers = tuple(replace(layer, energy_j=op.at_voltage(volts)) for layer, op in zip(result.layers, ops, strict=True))
+    layers = tuple(layer.with_energy(op.at_voltage(volts)) for layer, op in zip(result.layers, ops, strict=True))
     step_time_s = limit.step_time_s
     per_chip["static"] = energy.static_w * step_time_s
     chips = result.num_chips
