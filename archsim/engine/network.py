@@ -22,6 +22,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Protocol
 
 from archsim.models.interconnect import Fabric, Tier
@@ -99,12 +100,13 @@ class Route:
     lanes: tuple[Lane, ...]
     hops: int = 1
 
-    @property
+    # cached: a route's lanes never change, and a collective reads both once per chunk it sends
+    @cached_property
     def bytes_per_s(self) -> float:
         """Bandwidth of the slowest lane."""
         return min(lane.bytes_per_s for lane in self.lanes)
 
-    @property
+    @cached_property
     def latency_s(self) -> float:
         """Latency from the first byte leaving to it arriving: one per hop."""
         return self.hops * max(lane.latency_s for lane in self.lanes)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from archsim.errors import UsageError
@@ -134,7 +134,21 @@ class FrameworkDispatch:
             if cost.bound is not Bound.COMMUNICATION or cost.communication_s
             else cost.bound
         )
-        return replace(cost, time_s=cost.time_s + self.framework_s, overhead_s=overhead_s, bound=bound)
+        # every field spelled out: dataclasses.replace walks the fields on each call, and this runs once
+        # per op of every run; tests/unit/test_cost_model_plugins.py checks that no field is dropped
+        return OpCost(
+            time_s=cost.time_s + self.framework_s,
+            compute_s=cost.compute_s,
+            memory_s=cost.memory_s,
+            overhead_s=overhead_s,
+            dram_bytes=cost.dram_bytes,
+            roofline_s=cost.roofline_s,
+            bound=bound,
+            unit=cost.unit,
+            communication_s=cost.communication_s,
+            fill_s=cost.fill_s,
+            onchip_bytes=cost.onchip_bytes,
+        )
 
 
 class CostModel(Protocol):

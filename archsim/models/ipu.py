@@ -149,6 +149,8 @@ class IpuModel:
         self.overflow_fraction = (
             max(0.0, (resident_per_tile - self.ipu.tile_sram) / resident_per_tile) if resident_per_tile else 0.0
         )
+        self._partitions: dict[object, IpuPartition] = {}
+        """:meth:`partition` by what it reads of an op (networks repeat their layer shapes), as IpuBatch keeps them."""
 
     def cost(self, op: Op) -> OpCost:
         """Price one op as its supersteps plus any streaming-memory phase."""
@@ -156,7 +158,10 @@ class IpuModel:
         stream_bw = self.chip.memory.main.bandwidth * eff.memory_bandwidth
         resident_streamed = int(op.bytes * self.overflow_fraction)
         if op.gemm is not None:
-            part = self.partition(op)
+            key = (op.gemm, tuple(t.bytes for t in op.reads), op.bytes, op.conv, op.phase)
+            part = self._partitions.get(key)
+            if part is None:
+                part = self._partitions[key] = self.partition(op)
             compute_s, exchange_s = part.compute_s + part.reduce_s, part.exchange_s
             streamed = resident_streamed + part.spill_bytes
             unit = Unit.MATRIX

@@ -123,6 +123,8 @@ class SystolicModel:
         self.array = ArrayConfig(
             s.array_rows, s.array_cols, s.dataflow, words(s.ifmap_sram), words(s.filter_sram), words(s.ofmap_sram)
         )
+        self._splits_chosen: dict[object, SplitChoice] = {}
+        """:meth:`best_split`'s choices by what it reads of an op and the bandwidth."""
 
     def best_split(self, op: Op, dram_bytes_per_s: float) -> SplitChoice:
         """The cut of the streamed dimension into slices that finishes first (ties: fewer slices).
@@ -130,8 +132,13 @@ class SystolicModel:
         Candidates are 1, 2, 4, ... slices while a slice still streams at least ``rows`` operands;
         the candidates do not depend on the SRAM sizes, so more SRAM is never slower.
         """
-        # min keeps the first of equal candidates: the fewer slices
-        return min(self._splits(op, dram_bytes_per_s), key=lambda choice: choice.time_s)
+        # what the candidates read of the op (networks repeat their layer shapes), as SystolicBatch keys them
+        key = (op.gemm, tuple(t.bytes for t in op.reads), op.conv, op.phase, dram_bytes_per_s)
+        choice = self._splits_chosen.get(key)
+        if choice is None:
+            # min keeps the first of equal candidates: the fewer slices
+            choice = self._splits_chosen[key] = min(self._splits(op, dram_bytes_per_s), key=lambda c: c.time_s)
+        return choice
 
     def _splits(self, op: Op, dram_bytes_per_s: float) -> Iterator[SplitChoice]:
         """The candidate cuts of :meth:`best_split`, one slice first."""

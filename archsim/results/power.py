@@ -106,8 +106,7 @@ def with_energy(
     volts = limit.core_energy_scale  # (V/V0)^2 on what the chip's own supply pays
     slower = 1.0 / limit.clock_scale  # every time of the step stretches by it, each layer's too (same cycles)
     layers = tuple(
-        replace(layer, energy_j=op.at_voltage(volts), start_s=layer.start_s * slower, end_s=layer.end_s * slower)
-        for layer, op in zip(result.layers, ops, strict=True)
+        layer.with_energy(op.at_voltage(volts), slower) for layer, op in zip(result.layers, ops, strict=True)
     )
     step_time_s = limit.step_time_s
     per_chip["static"] = energy.static_w * step_time_s

@@ -62,6 +62,31 @@ class LayerRecord:
     onchip_bytes: int = 0
     """Operand bytes staged from the L2 into shared memory (tiled GPU matrix kernels; 0 elsewhere)."""
 
+    def with_energy(self, energy_j: float, stretch: float = 1.0) -> LayerRecord:
+        """The record with ``energy_j`` set and its start and end times ``stretch`` times later.
+
+        ``stretch`` is a power-limit throttle's ``1 / clock_scale`` (the same cycles at a lower clock).
+        As ``dataclasses.replace`` would, without walking the fields on each call: it runs once per
+        layer of every run. tests/unit/test_records.py checks that no field is dropped.
+        """
+        return LayerRecord(
+            self.name,
+            self.kind,
+            self.phase,
+            self.unit,
+            self.start_s * stretch,
+            self.end_s * stretch,
+            self.cycles,
+            self.flops,
+            self.bytes,
+            self.tensor_bytes,
+            self.roofline_s,
+            self.bound,
+            self.stage,
+            energy_j,
+            self.onchip_bytes,
+        )
+
     @classmethod
     def of(cls, op: Op, timing: OpTiming, clock_hz: float, stage: int = 0) -> LayerRecord:
         """The record of ``op`` replayed with ``timing`` on a chip clocked at ``clock_hz``."""

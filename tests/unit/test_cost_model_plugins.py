@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
@@ -14,9 +14,9 @@ from archsim import simulate
 from archsim.cli import main
 from archsim.errors import LimitError, PluginError
 from archsim.models import plugins, register_cost_model, register_op_cost, unregister_op_cost
-from archsim.models.base import CostModel, OpCost
+from archsim.models.base import Bound, CostModel, FrameworkDispatch, OpCost, Unit
 from archsim.spec.registry import installed_entry_points
-from archsim.workloads.trace import Op, OpKind
+from archsim.workloads.trace import Op, OpKind, Phase
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -157,7 +157,7 @@ def install_entry_points(root: Path, monkeypatch: pytest.MonkeyPatch, lines: str
 
 
 MODULE = """
-from dataclasses import replace
+from dataclasses import fields, replace
 
 def slow_softmax(op, model):
     cost = model.cost(op)
@@ -227,3 +227,47 @@ def test_readme_strategies_example_runs_as_written() -> None:
     # and the block's line numbers are not the file's, so it would tokenize unrelated README text
     exec(compile(code, "<README>", "exec"), namespace)  # noqa: S102 - the README's own example
     namespace["test_never_below_roofline"]()  # type: ignore[operator]
+
+
+def every_field_set() -> OpCost:
+    """An OpCost whose fields all hold values of their own, none its default."""
+    values: dict[str, object] = {"bound": Bound.MEMORY, "unit": Unit.VECTOR}
+    for i, f in enumerate(fields(OpCost)):
+        values.setdefault(f.name, {"int": 1000 + i, "float": 0.25 + i}.get(str(f.type)))
+    return OpCost(**values)  # type: ignore[arg-type]
+
+
+def test_framework_dispatch_adds_its_time_and_keeps_every_other_field() -> None:
+    # FrameworkDispatch.cost spells OpCost's fields out for speed: a field added and left out fails here
+    base = every_field_set()
+
+    class Fixed:
+        chip, precision, separate_units = None, None, True
+
+        def cost(self, op: Op) -> OpCost:
+            return base
+
+    priced = FrameworkDispatch(Fixed(), 2.0).cost(None)  # type: ignore[arg-type]
+    assert priced == replace(base, time_s=base.time_s + 2.0, overhead_s=base.overhead_s + 2.0, bound=Bound.OVERHEAD)
+
+
+@pytest.mark.parametrize(
+    ("change", "accepted"),
+    [({}, True), ({"time_s": 0}, True), ({"memory_s": True}, False), ({"compute_s": float("nan")}, False),
+     ({"overhead_s": float("inf")}, False), ({"roofline_s": -0.0}, True), ({"communication_s": 1e20}, True),
+     ({"time_s": 1.5e20}, False), ({"dram_bytes": 0}, True), ({"dram_bytes": -1}, False),
+     ({"dram_bytes": 2.0}, False), ({"dram_bytes": False}, False), ({"bound": "memory"}, False),
+     ({"unit": Unit.MATRIX}, True)],
+)  # fmt: skip
+def test_the_quick_check_accepts_only_what_the_full_check_accepts(change: dict[str, object], accepted: bool) -> None:
+    # check_cost first tries a quick test (plugins._plainly_valid), then the full one: the quick one
+    # never passes a record the full one refuses, and check_cost refuses exactly the bad records
+    cost = replace(every_field_set(), **change)  # type: ignore[arg-type]
+    op = Op("probe", OpKind.MATMUL, Phase.FORWARD, 1, (), ())
+    if accepted:
+        plugins.check_cost(cost, "chip", op, None)
+    else:
+        assert not plugins._plainly_valid(cost)
+        with pytest.raises(LimitError, match=r"^chip: op probe: "):
+            plugins.check_cost(cost, "chip", op, None)
+    assert plugins._plainly_valid(cost) == (accepted and type(cost.time_s) is float)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, replace
+from dataclasses import asdict, fields, replace
 
 from archsim import simulate
 from archsim.api import resolve_target, run_trace
-from archsim.results.records import RunResult, to_json
+from archsim.results.records import LayerRecord, RunResult, to_json
 from archsim.results.report import run_summary
 from archsim.results.table import summary_lines
 from archsim.spec.common import Precision
@@ -89,3 +89,15 @@ def test_to_dict_and_to_json_are_asdict_and_json_dumps(library: Library, multich
     for result in results:
         assert list(result.to_dict().items()) == list(asdict(result).items())
         assert to_json(result) == json.dumps(asdict(result), indent=1, allow_nan=False)
+
+
+def test_with_energy_is_replace_and_keeps_every_field() -> None:
+    # each field a value of its own, none its default: a field added to LayerRecord and left out of
+    # with_energy (which spells the fields out for speed) fails here
+    kinds = [(f.name, str(f.type)) for f in fields(LayerRecord)]
+    values = {name: {"str": name, "int": 100 + i, "float": 0.5 + i}[kind] for i, (name, kind) in enumerate(kinds)}
+    layer = LayerRecord(**values)  # type: ignore[arg-type]
+    assert layer.with_energy(7.25) == replace(layer, energy_j=7.25)
+    assert asdict(layer.with_energy(7.25)) == {**values, "energy_j": 7.25}
+    stretched = layer.with_energy(7.25, 2.0)  # a throttle's stretch moves the times, nothing else
+    assert stretched == replace(layer, energy_j=7.25, start_s=2.0 * layer.start_s, end_s=2.0 * layer.end_s)

@@ -114,9 +114,17 @@ def test_out_is_required_without_dry_run(capsys: pytest.CaptureFixture[str]) -> 
     assert "--out" in err
 
 
-def test_table_has_every_axis_and_result_and_peaks_follow_the_array(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def shape_out(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame]:
+    """The acceptance sweep at 2 values per axis (16 rows), run once on the local executor: its
+    folder and table, which the tests of this file read (and never write)."""
+    out = tmp_path_factory.mktemp("shape") / "out"
+    return out, run_sweep(load_sweep(SHAPE).reduced(2), out, jobs=1, progress=False)
+
+
+def test_table_has_every_axis_and_result_and_peaks_follow_the_array(shape_out: tuple[Path, pd.DataFrame]) -> None:
     spec = load_sweep(SHAPE).reduced(2)
-    table = run_sweep(spec, tmp_path / "out", jobs=1, progress=False)
+    out, table = shape_out
     assert len(table) == 16
     for column in (*spec.axis_paths, "target", "workload", "throughput", "step_time_s", "peak_flops", "key"):
         assert column in table.columns
@@ -129,7 +137,7 @@ def test_table_has_every_axis_and_result_and_peaks_follow_the_array(tmp_path: Pa
     big = table[table["chip.systolic.array_rows"] == 256]["throughput"].min()
     small = table[table["chip.systolic.array_rows"] == 16]["throughput"].max()
     assert big > small
-    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "out" / "results.parquet"), table)
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "results.parquet"), table)
 
 
 def test_refused_runs_are_rows_with_an_error(tmp_path: Path) -> None:
@@ -220,10 +228,10 @@ def test_a_sweep_killed_halfway_resumes_to_the_uninterrupted_table(tmp_path: Pat
     assert len(resumed) == 81
 
 
-def test_dask_cluster_gives_the_local_table(tmp_path: Path) -> None:
+def test_dask_cluster_gives_the_local_table(tmp_path: Path, shape_out: tuple[Path, pd.DataFrame]) -> None:
     distributed = pytest.importorskip("distributed")
     spec = load_sweep(SHAPE).reduced(2)
-    local = run_sweep(spec, jobs=1, progress=False)
+    local = shape_out[1]
     with distributed.LocalCluster(
         n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
     ) as cluster:
