@@ -185,7 +185,8 @@ class RunResult:
     """Time from the first op's start to the last op's end."""
     step_overhead_s: float
     time_by_bound: dict[str, float]
-    """Seconds of op time by what bound each op."""
+    """Seconds of op time by what bound each op; on a pipelined system, of the recorded ``layers``
+    (one microbatch through every stage) and the exposed communication, so it sums to less than the step."""
     memory_bytes: int
     """Bytes of the step (per chip) held in the memory ``memory_capacity_bytes`` measures."""
     memory_capacity_bytes: int
