@@ -71,7 +71,7 @@ def simulate_run(args: argparse.Namespace) -> tuple[RunResult, Library, Timeline
     )
     recorder = TimelineRecorder()
     result = run(request, library, observers=[recorder])
-    return result, library, recorder.timeline
+    return result, library, recorder.timeline.at_clock(result.clock_scale)
 
 
 def write_output(write: Callable[[Any, str], None], content: Any, out: str) -> None:

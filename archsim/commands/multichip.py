@@ -132,7 +132,7 @@ def simulate_args(args: argparse.Namespace) -> RunResult:
 
     recorder = TimelineRecorder()
     result = run(request, Library(args.lib), observers=[recorder])
-    write_timeline(recorder.timeline, args.timeline)
+    write_timeline(recorder.timeline.at_clock(result.clock_scale), args.timeline)
     return result
 
 

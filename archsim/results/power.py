@@ -9,8 +9,9 @@ layers are the representative chip's (one microbatch, every stage once), so thei
 by the chip's share of the step's FLOPs; each chip is taken to drive one link of every link class
 the step used. When the chip's average power would pass its
 published TDP the clock and the supply voltage throttle together (:func:`archsim.models.dvfs.throttle`):
-the step's times (each layer's start and end too, over the same cycles), throughput and utilization say
-so through ``clock_scale``, and its energy, power and breakdown (each layer's too) are those at the lower
+the step's times (each layer's and collective's start and end too, its communication, bubble and
+input wait: the same cycles at a lower clock), throughput and utilization say so through
+``clock_scale``, and its energy, power and breakdown (each layer's too) are those at the lower
 voltage. A layer's ``roofline_s`` stays the nominal clock's.
 """
 
@@ -127,6 +128,13 @@ def with_energy(
         layers=layers,
         step_time_s=step_time_s,
         ops_time_s=result.ops_time_s / limit.clock_scale,
+        input_wait_s=result.input_wait_s * slower,
+        comm_s=result.comm_s * slower,
+        exposed_comm_s=result.exposed_comm_s * slower,
+        bubble_s=result.bubble_s * slower,
+        collectives=tuple(replace(c, start_s=c.start_s * slower, end_s=c.end_s * slower) for c in result.collectives)
+        if slower != 1.0
+        else result.collectives,
         time_by_bound={bound: seconds / limit.clock_scale for bound, seconds in result.time_by_bound.items()},
         step_overhead_s=result.step_overhead_s / limit.clock_scale,
         throughput=throughput,

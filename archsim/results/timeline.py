@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 MIRRORED_CHIPS = 64
@@ -44,6 +44,24 @@ class Timeline:
 
     chips: list[tuple[str, list[TimelineSpan]]] = field(default_factory=list)
     links: list[tuple[str, list[TimelineSpan]]] = field(default_factory=list)
+
+    def at_clock(self, clock_scale: float) -> Timeline:
+        """The timeline of the step at ``clock_scale`` of the nominal clock (a power-limit throttle's).
+
+        The engine replays at the nominal clock; a throttled run's result stretches every time of its
+        step by ``1 / clock_scale`` (:mod:`archsim.results.power`), and so does its timeline.
+        """
+        if clock_scale == 1.0:
+            return self
+        slower = 1.0 / clock_scale
+
+        def stretched(lanes: list[tuple[str, list[TimelineSpan]]]) -> list[tuple[str, list[TimelineSpan]]]:
+            return [
+                (name, [replace(s, start_s=s.start_s * slower, end_s=s.end_s * slower) for s in spans])
+                for name, spans in lanes
+            ]
+
+        return Timeline(stretched(self.chips), stretched(self.links))
 
 
 def _us(seconds: float) -> float:

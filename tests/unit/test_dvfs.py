@@ -93,6 +93,30 @@ def test_a_throttled_gpu_spends_the_lower_voltages_energy(library: Library) -> N
     assert max(layer.end_s for layer in run.layers) == pytest.approx(run.ops_time_s)
 
 
+def test_a_throttled_system_stretches_its_communication_and_its_timeline(
+    library: Library, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 8 B200s training GPT-3 1.3B pass their 1000 W: every time of the step stretches together
+    args = ("dgx-b200", "gpt3-1.3b")
+    run = simulate(*args, mode="train", batch=8, library=library)
+    entry = library.find(["chip"], "b200")
+    unlimited = library.with_specs({entry: library.chip("b200").model_copy(update={"tdp": None})})
+    nominal = simulate(*args, mode="train", batch=8, library=unlimited)
+    slower = 1 / run.clock_scale
+    assert slower > 1.0 and nominal.clock_scale == 1.0
+    for name in ("comm_s", "exposed_comm_s", "bubble_s", "input_wait_s"):
+        assert getattr(run, name) == pytest.approx(getattr(nominal, name) * slower), name
+    assert run.collectives and len(run.collectives) == len(nominal.collectives)
+    for slow, fast in zip(run.collectives, nominal.collectives, strict=True):
+        assert (slow.start_s, slow.end_s) == pytest.approx((fast.start_s * slower, fast.end_s * slower))
+    path = tmp_path / "step.json"
+    assert main(["run", *args, "--mode", "train", "--batch", "8", "--timeline", str(path)]) == 0
+    capsys.readouterr()
+    spans = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("ph") == "X"]
+    last_us = max(e["ts"] + e["dur"] for e in spans)
+    assert last_us == pytest.approx(1e6 * max(layer.end_s for layer in run.layers), rel=1e-6)
+
+
 @pytest.mark.parametrize(
     ("field", "value", "problem"),
     [
