@@ -79,6 +79,10 @@ def check_physical(result: RunResult) -> None:
     assert result.throughput <= result.num_chips * peak / flops_per_sample
     for layer in result.layers:
         assert layer.end_s - layer.start_s >= layer.roofline_s * (1 - 1e-12), layer.name
+        # the timeline fits the step, throttled or not (every time stretches with the clock)
+        assert layer.end_s <= result.ops_time_s * (1 + 1e-9), layer.name
+    for collective in result.collectives:
+        assert collective.end_s <= result.step_time_s * (1 + 1e-9), collective.name
     assert result.memory_bytes <= result.memory_capacity_bytes
     assert result.streaming_memory_bytes <= chip.memory.main.capacity
     if chip.family == "ipu" and result.streaming_memory_bytes == 0:
