@@ -190,6 +190,15 @@ class ChipRates:
         return max(op.flops / peak, compulsory_bytes(op, self.element_bytes) / self.dram_bytes_per_s)
 
 
+def matrix_shape_key(op: Op) -> tuple[object, ...]:
+    """What a matrix cost model reads of an op to choose its mapping: GEMM, operand bytes, convolution, phase.
+
+    Networks repeat their layer shapes, so a model may keep one choice per key; an event model and its
+    batch twin (systolic, IPU) key their memos with it alike.
+    """
+    return (op.gemm, tuple(t.bytes for t in op.reads), op.conv, op.phase)
+
+
 def gemm_of(op: Op) -> Gemm:
     """The matrix product of a matrix op (a ValueError for an op that has none: a caller's mistake)."""
     if op.gemm is None:

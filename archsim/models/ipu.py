@@ -37,7 +37,7 @@ import math
 from dataclasses import dataclass, replace
 
 from archsim.errors import SpecError
-from archsim.models.base import OpCost, Unit, bound_of, ceil_div, chip_rates, gemm_of
+from archsim.models.base import OpCost, Unit, bound_of, ceil_div, chip_rates, gemm_of, matrix_shape_key
 from archsim.models.systolic_map import forward_window
 from archsim.spec.chip import ChipSpec
 from archsim.spec.common import Bandwidth, Bytes, Count, Precision, Time
@@ -158,7 +158,7 @@ class IpuModel:
         stream_bw = self.chip.memory.main.bandwidth * eff.memory_bandwidth
         resident_streamed = int(op.bytes * self.overflow_fraction)
         if op.gemm is not None:
-            key = (op.gemm, tuple(t.bytes for t in op.reads), op.bytes, op.conv, op.phase)
+            key = (matrix_shape_key(op), op.bytes)
             part = self._partitions.get(key)
             if part is None:
                 part = self._partitions[key] = self.partition(op)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from archsim.models.base import Unit, ceil_div, gemm_of
+from archsim.models.base import Unit, ceil_div, gemm_of, matrix_shape_key
 from archsim.models.batch import EXACT, BatchCost, Floats, Ints, batch_rates, cdiv, floats, ints, isqrt, largest
 from archsim.models.ipu import AMP_BLOCK, AMP_K_GRAIN, PARTIAL_BYTES, IpuEfficiency, IpuSection
 from archsim.models.systolic_map import ConvWindow, forward_window
@@ -108,7 +108,7 @@ class IpuBatch:
         stream_bw = self.main_bytes_per_s * eff.memory_bandwidth
         resident_streamed = np.trunc(op.bytes * self.overflow_fraction).astype(np.int64)
         if op.gemm is not None:
-            key = (op.gemm, tuple(t.bytes for t in op.reads), op.bytes, op.conv, op.phase)
+            key = (matrix_shape_key(op), op.bytes)
             if key not in self.memo:
                 self.memo[key] = self.partition(op)
             part = self.memo[key]

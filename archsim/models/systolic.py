@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from archsim.models.base import OpCost, Unit, ceil_div, chip_rates, finish, gemm_of, operand_bytes
+from archsim.models.base import OpCost, Unit, ceil_div, chip_rates, finish, gemm_of, matrix_shape_key, operand_bytes
 from archsim.models.systolic_map import ArrayConfig, MatrixLayer, dram_words, fold_grid, forward_window, split_stream
 from archsim.spec.chip import ChipSpec, Dataflow
 from archsim.spec.common import Bytes, Count, Precision
@@ -133,7 +133,7 @@ class SystolicModel:
         the candidates do not depend on the SRAM sizes, so more SRAM is never slower.
         """
         # what the candidates read of the op (networks repeat their layer shapes), as SystolicBatch keys them
-        key = (op.gemm, tuple(t.bytes for t in op.reads), op.conv, op.phase, dram_bytes_per_s)
+        key = (matrix_shape_key(op), dram_bytes_per_s)
         choice = self._splits_chosen.get(key)
         if choice is None:
             # min keeps the first of equal candidates: the fewer slices

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from archsim.models.base import Unit, operand_bytes
+from archsim.models.base import Unit, matrix_shape_key, operand_bytes
 from archsim.models.batch import BatchCost, batch_rates, finish, floats
 from archsim.models.systolic import SystolicSection, matrix_layer
 from archsim.models.systolic_map import MatrixLayer, fold_grid, split_stream
@@ -282,7 +282,7 @@ class SystolicBatch:
         dram_bw = rates.dram_bytes_per_s * eff.memory_bandwidth
         if op.gemm is not None:
             # what matrix_costs reads of the op: networks repeat the same layer shapes many times
-            key = (op.gemm, tuple(t.bytes for t in op.reads), op.conv, op.phase)
+            key = matrix_shape_key(op)
             if key not in self.memo:
                 self.memo[key] = matrix_costs(op, self.batch, self.precision.element_bytes, eff.compute, dram_bw)
             costs = self.memo[key]
