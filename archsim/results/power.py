@@ -105,9 +105,9 @@ def with_energy(
     per_chip["link"] = sum(link.bytes * BITS_PER_BYTE * link_bit_j[link.link] for link in result.links)
     limit, per_chip = throttled(per_chip, energy, result.step_time_s, chip.tdp_w)
     volts = limit.core_energy_scale  # (V/V0)^2 on what the chip's own supply pays
-    slower = 1.0 / limit.clock_scale  # every time of the step stretches by it, each layer's too (same cycles)
+    # every time of the step is over the throttle's clock_scale, each layer's too (the same cycles)
     layers = tuple(
-        layer.with_energy(op.at_voltage(volts), slower) for layer, op in zip(result.layers, ops, strict=True)
+        layer.with_energy(op.at_voltage(volts), limit.clock_scale) for layer, op in zip(result.layers, ops, strict=True)
     )
     step_time_s = limit.step_time_s
     per_chip["static"] = energy.static_w * step_time_s
@@ -128,13 +128,14 @@ def with_energy(
         layers=layers,
         step_time_s=step_time_s,
         ops_time_s=result.ops_time_s / limit.clock_scale,
-        input_wait_s=result.input_wait_s * slower,
-        comm_s=result.comm_s * slower,
-        exposed_comm_s=result.exposed_comm_s * slower,
-        bubble_s=result.bubble_s * slower,
-        collectives=tuple(replace(c, start_s=c.start_s * slower, end_s=c.end_s * slower) for c in result.collectives)
-        if slower != 1.0
-        else result.collectives,
+        input_wait_s=result.input_wait_s / limit.clock_scale,
+        comm_s=result.comm_s / limit.clock_scale,
+        exposed_comm_s=result.exposed_comm_s / limit.clock_scale,
+        bubble_s=result.bubble_s / limit.clock_scale,
+        collectives=tuple(
+            replace(c, start_s=c.start_s / limit.clock_scale, end_s=c.end_s / limit.clock_scale)
+            for c in result.collectives
+        ),
         time_by_bound={bound: seconds / limit.clock_scale for bound, seconds in result.time_by_bound.items()},
         step_overhead_s=result.step_overhead_s / limit.clock_scale,
         throughput=throughput,

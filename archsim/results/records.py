@@ -62,10 +62,10 @@ class LayerRecord:
     onchip_bytes: int = 0
     """Operand bytes staged from the L2 into shared memory (tiled GPU matrix kernels; 0 elsewhere)."""
 
-    def with_energy(self, energy_j: float, stretch: float = 1.0) -> LayerRecord:
-        """The record with ``energy_j`` set and its start and end times ``stretch`` times later.
+    def with_energy(self, energy_j: float, clock_scale: float = 1.0) -> LayerRecord:
+        """The record with ``energy_j`` set, its start and end at ``clock_scale`` of the nominal clock.
 
-        ``stretch`` is a power-limit throttle's ``1 / clock_scale`` (the same cycles at a lower clock).
+        ``clock_scale`` is a power-limit throttle's (the same cycles at a lower clock: times over it).
         As ``dataclasses.replace`` would, without walking the fields on each call: it runs once per
         layer of every run. tests/unit/test_records.py checks that no field is dropped.
         """
@@ -74,8 +74,8 @@ class LayerRecord:
             self.kind,
             self.phase,
             self.unit,
-            self.start_s * stretch,
-            self.end_s * stretch,
+            self.start_s / clock_scale,
+            self.end_s / clock_scale,
             self.cycles,
             self.flops,
             self.bytes,

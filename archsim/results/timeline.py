@@ -53,11 +53,10 @@ class Timeline:
         """
         if clock_scale == 1.0:
             return self
-        slower = 1.0 / clock_scale
 
         def stretched(lanes: list[tuple[str, list[TimelineSpan]]]) -> list[tuple[str, list[TimelineSpan]]]:
             return [
-                (name, [replace(s, start_s=s.start_s * slower, end_s=s.end_s * slower) for s in spans])
+                (name, [replace(s, start_s=s.start_s / clock_scale, end_s=s.end_s / clock_scale) for s in spans])
                 for name, spans in lanes
             ]
 

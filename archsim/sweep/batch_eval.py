@@ -243,7 +243,7 @@ class _Run:
         generation = generation_fields(trace, throughput, step_time_s)  # at the throttled clock, as the event path
         return RunResult(
             software=self.group.software,
-            input_wait_s=self.input_wait_s,
+            input_wait_s=self.input_wait_s / limit.clock_scale,
             target=chip.name,
             workload=trace.name,
             mode=trace.mode.value,

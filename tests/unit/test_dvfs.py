@@ -170,3 +170,39 @@ def test_the_batch_path_throttles_as_the_event_path(tmp_path: Path, monkeypatch:
     pd.testing.assert_frame_equal(batch, event, check_exact=True)
     scales = batch["clock_scale"]
     assert (scales < 1.0).sum() >= 3 and (scales == 1.0).any()
+
+
+def test_an_input_capped_step_throttles_alike_on_both_paths_and_its_wait_stretches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a stack whose input pipeline binds the step, on an H100 held at 150 W: the wait stretches too
+    monkeypatch.setattr("archsim.sweep.batch.MIN_GROUP", 1)
+    lib = tmp_path / "lib"
+    (lib / "software").mkdir(parents=True)
+    stack = yaml.safe_load((next(r for r in builtin_roots() if r.name == "software") / "cublas.yaml").read_text())
+    stack.update(name="slow-input", input_pipeline="10000 samples/s")
+    stack["sources"]["input_pipeline"] = "a test's cap"
+    (lib / "software" / "slow-input.yaml").write_text(yaml.safe_dump(stack))
+    sweep = {
+        "schema_version": 1,
+        "kind": "sweep",
+        "name": "dvfs-input-wait",
+        "target": "h100",
+        "workloads": ["resnet50"],
+        "settings": {"software": "slow-input"},
+        "grid": {"chip.tdp": ["150 W", "700 W"]},
+    }
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    batch = run_sweep(path, jobs=1, progress=False, path="batch", search_path=[str(lib)])
+    event = run_sweep(path, jobs=1, progress=False, path="event", search_path=[str(lib)])
+    pd.testing.assert_frame_equal(batch, event, check_exact=True)
+    assert (batch["clock_scale"] < 1.0).any()
+    # the wait stretches with the rest of the step
+    library = Library([str(lib)])
+    run = simulate("h100", "resnet50", software="slow-input", library=library)
+    entry = library.find(["chip"], "h100")
+    capped = library.with_specs({entry: library.chip("h100").model_copy(update={"tdp": 150.0})})
+    slow = simulate("h100", "resnet50", software="slow-input", library=capped)
+    assert run.clock_scale == 1.0 and run.input_wait_s > 0.0 and slow.clock_scale < 1.0
+    assert slow.input_wait_s == pytest.approx(run.input_wait_s / slow.clock_scale)

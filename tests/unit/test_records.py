@@ -99,5 +99,5 @@ def test_with_energy_is_replace_and_keeps_every_field() -> None:
     layer = LayerRecord(**values)  # type: ignore[arg-type]
     assert layer.with_energy(7.25) == replace(layer, energy_j=7.25)
     assert asdict(layer.with_energy(7.25)) == {**values, "energy_j": 7.25}
-    stretched = layer.with_energy(7.25, 2.0)  # a throttle's stretch moves the times, nothing else
-    assert stretched == replace(layer, energy_j=7.25, start_s=2.0 * layer.start_s, end_s=2.0 * layer.end_s)
+    stretched = layer.with_energy(7.25, 0.5)  # a throttle's clock_scale moves the times, nothing else
+    assert stretched == replace(layer, energy_j=7.25, start_s=layer.start_s / 0.5, end_s=layer.end_s / 0.5)
