@@ -72,8 +72,9 @@ class OpCost:
     """Array fill and drain (systolic arrays): part of ``compute_s``, but a fixed cost of running the op
     rather than its arithmetic, so :meth:`terms` counts it with the overhead."""
     onchip_bytes: int = 0
-    """Operand bytes the op stages from the L2 into the compute units' shared memory (a tensor-core
-    GPU's tiled matrix kernels: every tile's A and B panels); 0 where the model counts none."""
+    """Operand bytes the op reads from a chip-wide on-chip SRAM into its compute units' buffers: a
+    tensor-core GPU's tiled matrix kernels stage every tile's A and B panels from the L2; a systolic
+    chip's reads its on-chip cache serves (:mod:`archsim.workloads.cache`); 0 where the model counts none."""
 
     def terms(self) -> dict[Bound, float]:
         """The terms the label compares (:func:`bound_of`): fill and drain move from compute to overhead."""
@@ -193,10 +194,11 @@ class ChipRates:
 def matrix_shape_key(op: Op) -> tuple[object, ...]:
     """What a matrix cost model reads of an op to choose its mapping: GEMM, operand bytes, convolution, phase.
 
+    The operand bytes say which reads an on-chip cache serves (:attr:`~archsim.workloads.trace.TensorAccess.cached`).
     Networks repeat their layer shapes, so a model may keep one choice per key; an event model and its
     batch twin (systolic, IPU) key their memos with it alike.
     """
-    return (op.gemm, tuple(t.bytes for t in op.reads), op.conv, op.phase)
+    return (op.gemm, tuple((t.bytes, t.cached) for t in op.reads), op.conv, op.phase)
 
 
 def gemm_of(op: Op) -> Gemm:
@@ -223,11 +225,16 @@ def operand_bytes(op: Op, element_bytes: float) -> tuple[int, int, int]:
 def compulsory_bytes(op: Op, element_bytes: float) -> int:
     """Bytes an op must move at least once between memory and the chip.
 
-    Every tensor it touches, once; a matrix op's operands at most at their GEMM-view size.
+    Every tensor it touches, once; a matrix op's operands at most at their GEMM-view size. A read the
+    chip's on-chip cache serves (:attr:`~archsim.workloads.trace.TensorAccess.cached`) is not moved.
     """
     if op.gemm is None or len(op.reads) < 2:
-        return op.bytes
-    return sum(operand_bytes(op, element_bytes)) + op.bytes_written
+        return op.bytes - op.cached_bytes
+    a, b, extras = operand_bytes(op, element_bytes)
+    a = 0 if op.reads[0].cached else a
+    b = 0 if op.reads[1].cached else b
+    extras -= sum(t.bytes for t in op.reads[2:] if t.cached)
+    return a + b + extras + op.bytes_written
 
 
 def chip_rates(
@@ -268,7 +275,7 @@ def finish(
     """Assemble an OpCost for a unit that overlaps compute with memory traffic (double-buffered).
 
     ``fill_s`` is the part of ``compute_s`` a systolic array spends filling and draining;
-    ``onchip_bytes`` the operands a tiled GPU kernel stages from the L2 (:attr:`OpCost.onchip_bytes`).
+    ``onchip_bytes`` the operands read from an on-chip SRAM level (:attr:`OpCost.onchip_bytes`).
     """
     roofline_s = rates.roofline_s(op)
     busy_s = max(compute_s, memory_s, roofline_s)

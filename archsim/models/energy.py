@@ -112,12 +112,14 @@ L2_ACCESSES_PER_DRAM_BYTE = 2
 
 
 def onchip_memory_bytes(chip: ChipSpec) -> int:
-    """SRAM bytes on one chip (its family section's :meth:`~archsim.spec.registry.FamilySection.onchip_bytes`).
+    """SRAM bytes on one chip: its family section's and its on-chip cache's (``memory.cache``).
 
-    The operand SRAMs of every array (systolic), tile memory (IPU), shared memory and L2 (GPU), the
-    L0/L1/unified buffers of every core and L2 (Ascend).
+    The section's (:meth:`~archsim.spec.registry.FamilySection.onchip_bytes`): the operand SRAMs of
+    every array (systolic), tile memory (IPU), shared memory and L2 (GPU), the L0/L1/unified buffers
+    of every core and L2 (Ascend). The cache: TPU v4's CMEM.
     """
-    return chip.section.onchip_bytes()
+    cache = chip.memory.cache
+    return chip.section.onchip_bytes() + (0 if cache is None else cache.capacity)
 
 
 def operand_bits_per_mac(chip: ChipSpec, precision: Precision) -> float:

@@ -16,8 +16,11 @@ per-fold stalls are what the SCALE-Sim path (:mod:`archsim.models.systolic_layer
 fold. A weight- or input-stationary product whose partial sums do not fit the ofmap SRAM may be cut
 along its streamed dimension (:func:`~archsim.models.systolic_map.split_stream`), as a compiler
 tiles it: each slice pays its own fill and drain and re-reads the stationary operand, and the cut
-that finishes first is chosen. Element-wise ops run on the vector unit. This module imports neither
-numpy nor numba.
+that finishes first is chosen. Element-wise ops run on the vector unit. A read the chip's on-chip
+cache serves (``memory.cache``, TPU v4's CMEM; :mod:`archsim.workloads.cache`) moves no main-memory
+byte: a cached operand is read from the cache every time the tiling re-reads it, and those bytes are
+the op's ``onchip_bytes`` (priced at the cache's SRAM energy). This module imports neither numpy nor
+numba.
 """
 
 from __future__ import annotations
@@ -99,6 +102,8 @@ class SplitChoice:
     """The part of ``compute_s`` spent filling and draining the array between folds."""
     dram_bytes: int
     memory_s: float
+    cached_bytes: int = 0
+    """Operand bytes the chip's on-chip cache serves instead of main memory."""
 
     @property
     def time_s(self) -> float:
@@ -146,7 +151,12 @@ class SystolicModel:
         e = self.precision.element_bytes
         eff = self.eff
         layer = matrix_layer(op, e)
-        extras = operand_bytes(op, e)[2] if len(op.reads) >= 2 else 0
+        reads = op.reads
+        extras = operand_bytes(op, e)[2] if len(reads) >= 2 else 0
+        cached_extras = sum(t.bytes for t in reads[2:] if t.cached)
+        # an operand the on-chip cache holds is read from it, every re-read included
+        ifmap_cached = len(reads) >= 2 and reads[0].cached
+        filter_cached = len(reads) >= 2 and reads[1].cached
         macs_per_pe = self.sys.mac_per_pe_per_clock[self.precision]
         stream = fold_grid(layer, self.array.rows, self.array.cols, self.array.dataflow).t
         parts = 1
@@ -156,11 +166,14 @@ class SystolicModel:
             folds = ceil_div(batch * parts * grid.folds, self.arrays)
             cycles = folds * grid.fold_cycles
             words = dram_words(piece, self.array)
-            moved = words.ifmap_reads + words.filter_reads + words.ofmap_reads + words.ofmap_writes
-            dram = round(moved * e) * batch * parts + extras
+            on_chip = (words.ifmap_reads if ifmap_cached else 0) + (words.filter_reads if filter_cached else 0)
+            moved = words.ifmap_reads + words.filter_reads + words.ofmap_reads + words.ofmap_writes - on_chip
+            dram = round(moved * e) * batch * parts + extras - cached_extras
+            cached = round(on_chip * e) * batch * parts + cached_extras
             seconds_per_cycle = 1 / macs_per_pe / eff.compute / self.chip.clock
             fill_s = folds * (grid.fold_cycles - grid.t) * seconds_per_cycle
-            yield SplitChoice(parts, cycles, cycles * seconds_per_cycle, fill_s, dram, dram / dram_bytes_per_s)
+            compute_s = cycles * seconds_per_cycle
+            yield SplitChoice(parts, cycles, compute_s, fill_s, dram, dram / dram_bytes_per_s, cached)
             if self.array.dataflow is Dataflow.OUTPUT_STATIONARY:
                 break
             parts *= 2
@@ -180,9 +193,12 @@ class SystolicModel:
                 choice.dram_bytes,
                 Unit.MATRIX,
                 choice.fill_s,
+                choice.cached_bytes,
             )
         compute_s = op.flops / (self.rates.vector_flops_per_s * eff.vector)
-        return finish(self.rates, op, compute_s, op.bytes / dram_bw, eff.op_overhead, op.bytes, Unit.VECTOR)
+        cached = op.cached_bytes
+        dram = op.bytes - cached
+        return finish(self.rates, op, compute_s, dram / dram_bw, eff.op_overhead, dram, Unit.VECTOR, 0.0, cached)
 
 
 def build(chip: ChipSpec, efficiency: FamilyEfficiency, precision: Precision, footprint_bytes: int) -> SystolicModel:
@@ -199,5 +215,6 @@ register_family(
         build,
         "TPU-style systolic arrays",
         batch="archsim.models.systolic_batch",
+        reads_cache=True,
     )
 )

@@ -33,6 +33,7 @@ from archsim.spec.library import Library
 from archsim.spec.registry import FamilyEfficiency
 from archsim.stack import is_kernel, run_stack
 from archsim.uncertainty import with_error_bars
+from archsim.workloads.cache import cached_reads
 from archsim.workloads.memory import resident_bytes
 from archsim.workloads.trace import Mode, Trace
 
@@ -68,6 +69,8 @@ def replay_on_target(
     fixes its batch).
     """
     chip, system = target.chip, target.linked
+    if chip.memory.cache is not None:  # what the chip's on-chip cache serves (TPU v4's CMEM)
+        trace = cached_reads(trace, chip.memory.cache.capacity)
     if system is None:
         result = one_chip_step(target, trace, library, options, observers, family_efficiency, rebuild)
     else:

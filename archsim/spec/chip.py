@@ -77,11 +77,20 @@ class MemoryLevel(Spec):
     stacks: Count | None = None
 
 
+class CacheLevel(Spec):
+    """An on-chip cache between the cores and main memory that keeps what ops write for the ops after them."""
+
+    capacity: Bytes
+
+
 class ChipMemory(Spec):
-    """The chip's main memory (HBM, or the IPU's streaming memory) and an optional on-chip level."""
+    """The chip's main memory (HBM, or the IPU's streaming memory) and optional on-chip levels."""
 
     main: MemoryLevel
     onchip: MemoryLevel | None = None
+    cache: CacheLevel | None = None
+    """An on-chip cache (TPU v4's CMEM): a read of a tensor it still holds moves no main-memory byte
+    (:mod:`archsim.workloads.cache`). Only the systolic family's model reads it."""
 
 
 class ChipSpec(Spec):
@@ -151,6 +160,10 @@ class ChipSpec(Spec):
                     f"peak.{precision.value}: published {published / 1e12:.1f} T/s disagrees with "
                     f"{derived / 1e12:.1f} T/s from unit counts and clock (tolerance 10%)"
                 )
+        if self.memory.cache is not None and not family_definition(self.family).reads_cache:
+            reading = ", ".join(n for n in family_names() if family_definition(n).reads_cache) or "none"
+            problem = f"the {self.family} family's model reads no on-chip cache (those that do: {reading})"
+            raise ValueError(f"memory.cache: {problem}")
         self.section.check_chip(self)
         return self
 

@@ -190,6 +190,9 @@ class FamilyDefinition:
     """Its chips' published clock is a boost clock, which the chip reaches at the top of its
     voltage-frequency curve (GPU Boost, AMD's peak engine clock), so its actions are priced at that
     voltage; otherwise at the energy table's reference voltage (:func:`archsim.models.energy.supply_scale`)."""
+    reads_cache: bool = False
+    """Its cost model moves no main-memory byte for a read the chip's ``memory.cache`` serves
+    (:mod:`archsim.workloads.cache`); a chip of a family without it may not describe a cache."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,7 +79,10 @@ def batch_reason(spec: SweepSpec, library: Library) -> str | None:
         entry = library.find(["chip", "system"], target)
         if entry.kind != "chip":
             return f"target {target} is a system"
-        family = library.chip(target).family
+        chip = library.chip(target)
+        family = chip.family
+        if chip.memory.cache is not None:
+            return f"target {target} has an on-chip cache (memory.cache), whose reads depend on each variant"
         if family_definition(family).batch is None:
             return f"target {target} is a {family} chip (no vectorized model)"
         if has_op_costs(family):

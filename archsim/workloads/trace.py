@@ -197,6 +197,10 @@ class TensorAccess:
     name: str
     bytes: int
     role: Role = Role.ACTIVATION
+    cached: bool = False
+    """A read served by the chip's on-chip cache, which still holds the tensor from the op that wrote it
+    (set on a chip with ``memory.cache`` by :func:`archsim.workloads.cache.cached_reads`, never stored in
+    a trace file): it moves no main-memory byte."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,6 +279,11 @@ class Op:
     def bytes(self) -> int:
         """Bytes read plus bytes written (the op's minimum memory traffic)."""
         return self.bytes_read + self.bytes_written
+
+    @property
+    def cached_bytes(self) -> int:
+        """Bytes of the reads the chip's cache serves (:attr:`TensorAccess.cached`), not main memory."""
+        return sum(t.bytes for t in self.reads if t.cached)
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ SYSTOLIC = {
     "schema_version": 1,
     "kind": "sweep",
     "name": "systolic-both-paths",
-    "target": ["systolic-32x32", "tpu-v4"],
+    "target": ["systolic-32x32", "tpu-v3"],
     "workloads": [
         {"name": "resnet50", "batch": 4},
         {"name": "resnet50", "mode": "train", "batch": 2},
