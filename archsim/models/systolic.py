@@ -125,9 +125,9 @@ class SystolicModel:
         self.rates = chip_rates(chip, efficiency, precision, vector)
         self.arrays = self.sys.cores * self.sys.arrays_per_core
         s, words = self.sys, precision.elements_in
-        self.array = ArrayConfig(
-            s.array_rows, s.array_cols, s.dataflow, words(s.ifmap_sram), words(s.filter_sram), words(s.ofmap_sram)
-        )
+        sizes = words(s.ifmap_sram), words(s.filter_sram), words(s.ofmap_sram)
+        # the arrays of one core are fed from its one memory (module docstring of systolic_map)
+        self.array = ArrayConfig(s.array_rows, s.array_cols, s.dataflow, *sizes, s.arrays_per_core)
         self._splits_chosen: dict[object, SplitChoice] = {}
         """:meth:`best_split`'s choices by what it reads of an op and the bandwidth."""
 

@@ -57,6 +57,8 @@ class ArrayBatch:
     ofmap_sram_words: Ints
     arrays: Ints
     """``cores * arrays_per_core``."""
+    fed_together: Ints
+    """``arrays_per_core``: arrays fed from one memory (``ArrayConfig.fed_together``)."""
     macs_per_pe: Ints
     clock_hz: Floats
 
@@ -168,6 +170,13 @@ class _Traffic:
                 count = row_count * col_count
                 for total, words in zip(totals, self.fold(row_fold, col_fold), strict=True):
                     total += words * count
+        # the per-pass operand read once per group of arrays fed together, as TrafficModel._shared
+        col_folds, fed = self.col_folds, self.batch.fed_together
+        share = np.where((fed > 1) & (col_folds > 1), _cdiv(col_folds, fed) / col_folds, 1.0)
+        if self.batch.dataflow is Dataflow.INPUT_STATIONARY:
+            totals[1] = np.where(self.filter_resident, totals[1], totals[1] * share)
+        else:
+            totals[0] = np.where(self.ifmap_resident, totals[0], totals[0] * share)
         return totals[0], totals[1], totals[2], totals[3]
 
 
@@ -268,6 +277,7 @@ class SystolicBatch:
             filter_sram_words=ints([words(s.filter_sram) for s in sections]),
             ofmap_sram_words=ints([words(s.ofmap_sram) for s in sections]),
             arrays=ints([s.cores * s.arrays_per_core for s in sections]),
+            fed_together=ints([s.arrays_per_core for s in sections]),
             macs_per_pe=ints([s.mac_per_pe_per_clock[precision] for s in sections]),
             clock_hz=floats([c.clock for c in chips]),
         )

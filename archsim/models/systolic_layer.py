@@ -163,8 +163,11 @@ def simulate_layer(
     """Statistics of ``layer`` on ``array``.
 
     ``bandwidth`` is the ``(ifmap, filter, ofmap)`` main-memory port bandwidth in words per cycle,
-    or None for SCALE-Sim's ``CALC`` mode (ports never stall).
+    or None for SCALE-Sim's ``CALC`` mode (ports never stall). One array, SCALE-Sim's case: its folds
+    are scheduled one by one, so no other array shares its reads.
     """
+    if array.fed_together != 1:
+        raise ValueError(f"simulate_layer models one array, not {array.fed_together} fed together")
     grid = fold_grid(layer, array.rows, array.cols, array.dataflow)
     traffic = TrafficModel(layer, array)
     total = traffic.total()

@@ -33,6 +33,12 @@ a working half:
 * partial sums (WS, IS) stay in the ofmap SRAM for a whole pass when they fit, else every fold writes
   them out and the next reads them back. Final outputs are written once.
 
+Arrays fed from one memory (``fed_together``: a core's ``arrays_per_core``, a TPU TensorCore's MXUs
+behind its one vector memory) work on that many adjacent column folds at once, each with its own
+stationary block, and the operand that is re-read per pass (the ``S_r`` operand of OS and WS, the
+streamed filter of IS) is read once for the group: ``ceil(col_folds / fed_together)`` passes read it
+instead of ``col_folds``. One array (SCALE-Sim's case) is unchanged.
+
 No per-cycle or per-element matrix is ever built: every count is a closed form over fold classes.
 """
 
@@ -55,9 +61,12 @@ class ArrayConfig:
     ifmap_sram_words: int
     filter_sram_words: int
     ofmap_sram_words: int
+    fed_together: int = 1
+    """Arrays fed from one memory (a TPU TensorCore's MXUs from its vector memory), which work on
+    adjacent column folds at once and share one read of the streamed operand (see the module)."""
 
     def __post_init__(self) -> None:
-        if min(self.rows, self.cols) < 1:
+        if min(self.rows, self.cols, self.fed_together) < 1:
             raise ValueError(f"array must have at least one row and column, got {self.rows}x{self.cols}")
         if min(self.ifmap_sram_words, self.filter_sram_words, self.ofmap_sram_words) < 0:
             raise ValueError("SRAM sizes must not be negative")
@@ -269,6 +278,7 @@ class TrafficModel:
         self.footprint_fits = self.footprint_full <= self.half_ifmap
         self.ifmap_resident = self.ifmap_unique <= self.half_ifmap
         self.filter_resident = layer.filter_words <= self.half_filter
+        self.fed_together = array.fed_together
 
     def _footprint(self, pixels: int) -> int:
         im2col = pixels * self.layer.k
@@ -334,7 +344,25 @@ class TrafficModel:
         total = FoldWords(0.0, 0.0, 0.0, 0.0)
         for row_fold, col_fold, count in self.representatives():
             total = total.plus(self.fold(row_fold, col_fold).scaled(count))
-        return total
+        return self._shared(total)
+
+    def _shared(self, total: FoldWords) -> FoldWords:
+        """``total`` with the per-pass operand read once per group of arrays fed together (module docstring).
+
+        Every pass reads the same amount of it, so the group's share is exact over the whole layer; an
+        operand resident for the whole layer is read once anyway.
+        """
+        col_folds = self.grid.col_folds
+        if self.fed_together == 1 or col_folds == 1:
+            return total
+        share = ceil_div(col_folds, self.fed_together) / col_folds
+        if self.grid.dataflow is Dataflow.INPUT_STATIONARY:
+            if self.filter_resident:
+                return total
+            return FoldWords(total.ifmap_reads, total.filter_reads * share, total.ofmap_reads, total.ofmap_writes)
+        if self.ifmap_resident:
+            return total
+        return FoldWords(total.ifmap_reads * share, total.filter_reads, total.ofmap_reads, total.ofmap_writes)
 
 
 def fold_classes(folds: int) -> list[tuple[int, int]]:

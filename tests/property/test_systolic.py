@@ -136,6 +136,35 @@ def test_traffic_over_fold_classes_equals_every_fold(case: tuple[MatrixLayer, Ar
 
 
 @settings(max_examples=150, deadline=None)
+@given(case=layers_and_arrays(), fed=st.integers(min_value=1, max_value=8))
+def test_arrays_fed_together_read_the_per_pass_operand_once_per_group(
+    case: tuple[MatrixLayer, ArrayConfig], fed: int
+) -> None:
+    layer, alone = case
+    together = ArrayConfig(
+        alone.rows,
+        alone.cols,
+        alone.dataflow,
+        alone.ifmap_sram_words,
+        alone.filter_sram_words,
+        alone.ofmap_sram_words,
+        fed,
+    )
+    model = TrafficModel(layer, together)
+    one, shared = TrafficModel(layer, alone).total(), model.total()
+    streamed = "filter_reads" if alone.dataflow is Dataflow.INPUT_STATIONARY else "ifmap_reads"
+    resident = model.filter_resident if streamed == "filter_reads" else model.ifmap_resident
+    passes = model.grid.col_folds
+    share = 1.0 if resident else math.ceil(passes / fed) / passes
+    for name in ("ifmap_reads", "filter_reads", "ofmap_reads", "ofmap_writes"):
+        expected = getattr(one, name) * (share if name == streamed else 1.0)
+        assert getattr(shared, name) == pytest.approx(expected, rel=1e-12), name
+    if fed > 1:
+        with pytest.raises(ValueError, match="one array"):
+            simulate_layer("x", layer, together)
+
+
+@settings(max_examples=150, deadline=None)
 @given(case=layers_and_arrays(), which=st.integers(min_value=0, max_value=2))
 def test_more_sram_never_moves_more_words(case: tuple[MatrixLayer, ArrayConfig], which: int) -> None:
     layer, array = case

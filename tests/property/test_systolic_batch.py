@@ -57,6 +57,7 @@ def test_batch_equals_one_configuration(
         filter_sram_words=np.array([f["filter_sram"] // e for f in configurations]),
         ofmap_sram_words=np.array([f["ofmap_sram"] // e for f in configurations]),
         arrays=np.array([f["cores"] * f["arrays_per_core"] for f in configurations]),
+        fed_together=np.array([f["arrays_per_core"] for f in configurations]),
         macs_per_pe=np.array([1] * len(configurations)),
         clock_hz=np.array([clock] * len(configurations)),
     )
