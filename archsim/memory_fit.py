@@ -94,16 +94,22 @@ def memory_name(chip: ChipSpec, streaming: StreamingMemory) -> str:
     return ONCHIP_NAME
 
 
-def largest_fitting(fits_batch: Callable[[int], bool], below: int) -> int:
+def largest_fitting(fits_batch: Callable[[int], bool], below: int, guess: int | None = None) -> int:
     """The largest batch in ``1 .. below - 1`` for which ``fits_batch`` holds (0: none); memory grows with batch.
 
-    Doubling from 1, then bisecting: about ``2 log2(answer)`` calls, however large ``below`` is.
+    Without ``guess``: doubling from 1, then bisecting, about ``2 log2(answer)`` calls, however large
+    ``below`` is. With ``guess`` (an estimate of the answer, :func:`batch_guess`): galloping from it
+    to the nearest batch that does (not) fit, then bisecting, a few calls when the guess is close.
+    As memory grows with batch, the answer is the same either way; the guess only saves calls.
     """
     if below <= 1 or not fits_batch(1):
         return 0
-    low, high = 1, 2  # every batch up to low fits, high does not (once the doubling stops)
-    while high < below and fits_batch(high):
-        low, high = high, 2 * high
+    if guess is not None and 1 < guess < below:
+        low, high = _bracket(fits_batch, below, guess)
+    else:
+        low, high = 1, 2  # every batch up to low fits, high does not (once the doubling stops)
+        while high < below and fits_batch(high):
+            low, high = high, 2 * high
     high = min(high, below)
     while high - low > 1:
         mid = (low + high) // 2
@@ -112,6 +118,46 @@ def largest_fitting(fits_batch: Callable[[int], bool], below: int) -> int:
         else:
             high = mid
     return low
+
+
+def _bracket(fits_batch: Callable[[int], bool], below: int, guess: int) -> tuple[int, int]:
+    """``(low, high)`` around ``guess``: ``low`` fits, ``high`` does not (or is at least ``below``).
+
+    Steps away from ``guess`` double (1, 2, 4, ...), so a guess off by ``d`` costs about ``2 log2(d)`` calls.
+    """
+    step = 1
+    if fits_batch(guess):
+        low, high = guess, guess + 1
+        while high < below and fits_batch(high):
+            low, step = high, 2 * step
+            high = guess + step
+        return low, high
+    high, low = guess, guess - 1
+    while low > 1 and not fits_batch(low):
+        high, step = low, 2 * step
+        low = max(1, guess - step)
+    return low, high
+
+
+def batch_guess(
+    chip: ChipSpec, streaming: StreamingMemory, first: Sequence[Need], last: Sequence[Need], below: int
+) -> int | None:
+    """The batch at which a step's chips reach their memory, held bytes taken as affine in batch.
+
+    ``first`` and ``last`` are what the chips of the step hold at batch 1 and at ``below``; each chip
+    whose bytes grow reaches the limit at its own batch, and the smallest is the guess (None: no chip
+    grows, or the steps differ in their chips). An estimate for :func:`largest_fitting`, never its answer.
+    """
+    if len(first) != len(last) or below <= 2:
+        return None
+    limit = limit_bytes(chip, streaming)
+    guesses = []
+    for one, many in zip(first, last, strict=True):
+        start = held_bytes(chip, streaming, one.bytes, one.update_only)
+        end = held_bytes(chip, streaming, many.bytes, many.update_only)
+        if end > start:
+            guesses.append(1 + (limit - start) * (below - 1) // (end - start))
+    return min(guesses, default=None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +240,18 @@ def check_needs(
     if rebuild is None:
         largest = "the workload fixes its batch"
     else:
-        size = largest_fitting(lambda b: all_fit(rebuild(b, recompute), streaming), trace.batch)
+        needs_by_batch: dict[int, list[Need]] = {}
+
+        def needs_at(batch: int) -> list[Need]:  # batch 1 is built for the guess and asked again
+            if batch not in needs_by_batch:
+                needs_by_batch[batch] = needs_of(rebuild(batch, recompute))
+            return needs_by_batch[batch]
+
+        def fits_at(batch: int) -> bool:
+            return all(fits(chip, streaming, n.bytes, n.update_only) for n in needs_at(batch))
+
+        guess = batch_guess(chip, streaming, needs_at(1), needs, trace.batch) if trace.batch > 2 else None
+        size = largest_fitting(fits_at, trace.batch, guess)
         largest = f"the largest {unit} that fits is {size}" if size else f"not even a {unit} of 1 fits"
         full = Recompute.FULL
         if trace.mode is Mode.TRAIN and recompute is not full and all_fit(rebuild(trace.batch, full), streaming):

@@ -12,12 +12,15 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from archsim import plots, simulate
+from archsim import memory_fit, plots, simulate
 from archsim.baseline.runs import parse_run, record_run
 from archsim.errors import CapacityError
-from archsim.memory_fit import largest_fitting
+from archsim.memory_fit import Need, batch_guess, largest_fitting, trace_needs
+from archsim.spec.common import StreamingMemory
 from archsim.spec.library import Library
 from archsim.sweep import run_sweep
+from archsim.workloads import build_trace
+from archsim.workloads.trace import Mode
 from tests.cli import run_cli
 
 
@@ -168,6 +171,41 @@ def test_a_sweep_axis_asks_for_streaming_memory(tmp_path: Path) -> None:
 def test_largest_fitting_is_the_largest_batch_below_that_fits(limit: int, below: int) -> None:
     expected = max([b for b in range(1, below) if b <= limit], default=0)
     assert largest_fitting(lambda b: b <= limit, below) == expected
+
+
+@given(
+    limit=st.integers(min_value=0, max_value=300),
+    below=st.integers(min_value=1, max_value=300),
+    guess=st.integers(min_value=-5, max_value=400),
+)
+def test_a_guess_changes_the_calls_never_the_answer(limit: int, below: int, guess: int) -> None:
+    asked: list[int] = []
+
+    def fits(batch: int) -> bool:
+        asked.append(batch)
+        return batch <= limit
+
+    expected = max([b for b in range(1, below) if b <= limit], default=0)
+    assert largest_fitting(fits, below, guess) == expected
+    assert all(1 <= b < below for b in asked)  # never a batch outside the range asked about
+    if 1 < guess < below and expected in (guess, guess - 1) and expected > 1:
+        assert len(asked) <= 3  # batch 1, then the guess and its neighbour
+
+
+def test_the_guess_from_two_builds_is_close_to_the_largest_batch(library: Library) -> None:
+    """Batch 1 and the asked batch predict the largest that fits within 5% (ResNet-50 training on a V100)."""
+    chip = library.chip("v100")
+
+    def needs(batch: int) -> list[Need]:
+        return trace_needs(build_trace("resnet50", library, Mode.TRAIN, batch, chip.default_precision, None))
+
+    def fits_batch(batch: int) -> bool:
+        return all(memory_fit.fits(chip, StreamingMemory.NONE, n.bytes, n.update_only) for n in needs(batch))
+
+    guess = batch_guess(chip, StreamingMemory.NONE, needs(1), needs(4096), 4096)
+    largest = largest_fitting(fits_batch, 4096)
+    assert guess is not None and largest > 100
+    assert abs(guess - largest) <= 0.05 * largest
 
 
 def test_a_baseline_run_asks_for_streaming_memory(library: Library) -> None:

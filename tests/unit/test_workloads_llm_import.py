@@ -54,10 +54,14 @@ def ids(seq: int = SEQ) -> torch.Tensor:
     return torch.zeros(BATCH, seq, dtype=torch.long)
 
 
-@functools.cache
 def imported(cfg: Config, mode: Mode = Mode.INFER) -> Trace:
     """``cfg``'s module through ``from_torch`` once per configuration and mode (its FLOPs do not depend
     on the weights' values, and ``torch.export`` takes a second or two a module)."""
+    return _imported(cfg, mode)  # mode passed explicitly: imported(c) and imported(c, INFER) share one export
+
+
+@functools.cache
+def _imported(cfg: Config, mode: Mode) -> Trace:
     return from_torch(Decoder(cfg), (ids(),), mode=mode)
 
 
