@@ -75,6 +75,8 @@ def batch_reason(spec: SweepSpec, library: Library) -> str | None:
     for path in spec.axis_paths:
         if not path.startswith("chip."):
             return f"axis {path} is not a chip field"
+        if path.startswith("chip.memory.cache"):
+            return f"axis {path}: which reads an on-chip cache serves depends on each variant's"
     for target in spec.targets:
         entry = library.find(["chip", "system"], target)
         if entry.kind != "chip":

@@ -336,8 +336,9 @@ def variant(
         try:
             model = SPEC_CLASSES[found.kind]
             replacements[found] = validate(model, _with_validated_sections(model, data), slot)
-        except SpecError as err:
-            raise SpecError(source, _describe(configuration), f"{err.source}.{err.field}: {err.problem}") from None
+        except SpecError as err:  # a check across fields names them in its problem, with no field of its own
+            where = f"{err.source}.{err.field}" if err.field else err.source
+            raise SpecError(source, _describe(configuration), f"{where}: {err.problem}") from None
     if run:  # the run settings an axis sets take the same values as the sweep's settings
         try:
             validate(RunSettings, {**spec.settings.model_dump(), **run}, "run")

@@ -121,7 +121,7 @@ def test_a_sweep_of_a_chip_with_a_cache_is_priced_on_the_event_path(tmp_path: Pa
         "name": "cmem",
         "target": "tpu-v4",
         "workloads": [{"name": "resnet50", "batch": 8}],
-        "grid": {"chip.memory.cache.capacity": ["32 MiB", "128 MiB"]},
+        "grid": {"chip.memory.main.bandwidth": ["600 GB/s", "1200 GB/s"]},
     }
     path = tmp_path / "cmem.yaml"
     path.write_text(yaml.safe_dump(spec))
@@ -129,5 +129,40 @@ def test_a_sweep_of_a_chip_with_a_cache_is_priced_on_the_event_path(tmp_path: Pa
         run_sweep(str(path), jobs=1, progress=False, path="batch")
     table = run_sweep(str(path), jobs=1, progress=False)
     assert table["error"].isna().all()
+    slow, fast = table["throughput"]
+    assert fast > slow
+
+
+def sweep_file(tmp_path: Path, target: str, capacities: list[str]) -> str:
+    spec = {
+        "schema_version": 1,
+        "kind": "sweep",
+        "name": "cache-what-if",
+        "target": target,
+        "workloads": [{"name": "resnet50", "batch": 8}],
+        "grid": {"chip.memory.cache.capacity": capacities},
+    }
+    path = tmp_path / "what-if.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return str(path)
+
+
+def test_a_sweep_axis_gives_a_chip_without_a_cache_one_and_prices_it_on_the_event_path(tmp_path: Path) -> None:
+    path = sweep_file(tmp_path, "tpu-v3", ["8 MiB", "128 MiB"])
+    with pytest.raises(UsageError, match=r"axis chip\.memory\.cache\.capacity"):
+        run_sweep(path, jobs=1, progress=False, path="batch")
+    table = run_sweep(path, jobs=1, progress=False)
+    assert table["error"].isna().all()
+    without = simulate("tpu-v3", "resnet50", batch=8)
     small, large = table["throughput"]
-    assert large >= small
+    assert large >= small > without.throughput
+
+
+def test_a_sweep_axis_giving_a_cache_to_another_family_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = sweep_file(tmp_path, "h100", ["32 MiB"])
+    assert main(["sweep", path, "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "chip.memory.cache.capacity=32 MiB: chip: memory.cache: the tensorcore family's model reads no" in err
