@@ -26,9 +26,9 @@ from archsim.run.remedies import system_changes
 from archsim.run.system_result import notify, system_result
 from archsim.run.tensor_parallel import TENSOR_PARALLEL_NOTE, free_stream_calls, stream_spans
 from archsim.workloads.expert_parallel import is_expert_gradient
-from archsim.workloads.memory import memory_per_chip, resident_bytes
+from archsim.workloads.memory import memory_per_chip, resident_bytes, update_only_bytes
 from archsim.workloads.microbatches import BlockKind, pipeline_programs
-from archsim.workloads.pipeline import Stage, split_stages, stage_memory_bytes, sub_trace
+from archsim.workloads.pipeline import Stage, parameter_bytes, split_stages, stage_memory_bytes, sub_trace
 from archsim.workloads.trace import Mode, Op, Phase, Trace
 
 
@@ -141,6 +141,7 @@ def stages_of(context: SystemContext, trace: Trace, microbatches: int) -> list[t
     count = chips * chunks
     balance = context.model(trace, trace.memory_bytes // count, 1 / count)
     staged = []
+    parameters, update_state = parameter_bytes(trace), update_only_bytes(trace.ops)  # walks, once per trace
     for stage in split_stages(trace, count, [balance.cost(op).time_s for op in trace.ops]):
         all_inflight = context.options.schedule is Schedule.GPIPE or trace.mode is not Mode.TRAIN
         if all_inflight:
@@ -150,10 +151,10 @@ def stages_of(context: SystemContext, trace: Trace, microbatches: int) -> list[t
         else:
             warmup = 2 * (chips - stage.index % chips - 1) + (chunks - 1) * chips + 1
             inflight = min(microbatches, -(-warmup // chunks))
-        needed = stage_memory_bytes(trace, stage, inflight)
+        needed = stage_memory_bytes(trace, stage, inflight, parameters=parameters)
         plural = "es" if inflight > 1 else ""
         what = f"stage {stage.index} with {inflight} micro-batch{plural} of {trace.batch} in flight"
-        update_only = needed - resident_bytes(trace, needed, stage.parameter_fraction)
+        update_only = needed - resident_bytes(trace, needed, stage.parameter_fraction, update_state)
         staged.append((stage, memory_fit.Need(what, needed, update_only)))
     return staged
 

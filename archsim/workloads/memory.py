@@ -141,13 +141,15 @@ def update_only_bytes(ops: Sequence[Op]) -> int:
     return sum(size for name, size in sizes.items() if name not in touched)
 
 
-def resident_bytes(trace: Trace, needed: int | None = None, share: float = 1.0) -> int:
+def resident_bytes(trace: Trace, needed: int | None = None, share: float = 1.0, update_only: int | None = None) -> int:
     """The step's memory (or ``needed``, a chip's) less the state only its optimizer update touches.
 
-    ``share`` is the chip's share of the parameters, and so of that state (a pipeline stage's).
+    ``share`` is the chip's share of the parameters, and so of that state (a pipeline stage's);
+    ``update_only``: :func:`update_only_bytes` of the trace's ops, when the caller has it (it walks them).
     """
     total = trace.memory_bytes if needed is None else needed
-    return max(0, total - round(update_only_bytes(trace.ops) * share))
+    state = update_only_bytes(trace.ops) if update_only is None else update_only
+    return max(0, total - round(state * share))
 
 
 def persistent_bytes(graph: ForwardGraph) -> int:

@@ -117,43 +117,56 @@ def split_stages(trace: Trace, stages: int, op_seconds: Sequence[float]) -> list
 
 
 def stages_of_ops(trace: Trace, stages: int, stage_of_op: dict[int, int]) -> list[Stage]:
-    """The ``stages`` stages of ``trace`` whose forward and backward ops (trace indices) ``stage_of_op`` assigns."""
-    return [_stage(trace, s, stages, stage_of_op) for s in range(stages)]
+    """The ``stages`` stages of ``trace`` whose forward and backward ops (trace indices) ``stage_of_op`` assigns.
 
-
-def _stage(trace: Trace, s: int, stages: int, stage_of_op: dict[int, int]) -> Stage:
+    One walk over the trace gathers what every stage needs (its ops, its parameter gradients, the
+    activations it writes and its backward ops read, and those read by a later stage's forward ops).
+    """
     ops = trace.ops
-    fwd = tuple(i for i, op in enumerate(ops) if op.phase is Phase.FORWARD and stage_of_op[i] == s)
-    bwd = tuple(i for i, op in enumerate(ops) if op.phase.is_backward and stage_of_op[i] == s)
-    grads: dict[str, int] = {}
+    forward: list[list[int]] = [[] for _ in range(stages)]
+    backward: list[list[int]] = [[] for _ in range(stages)]
+    grads: list[dict[str, int]] = [{} for _ in range(stages)]
     all_grads: dict[str, int] = {}
+    written: list[dict[str, int]] = [{} for _ in range(stages)]
+    """Activations each stage's forward ops write (bytes of the last write, in trace order)."""
+    first_writer: dict[str, int] = {}
+    """The earliest stage whose forward ops write each activation."""
     for i, op in enumerate(ops):
+        stage = stage_of_op.get(i)
+        if op.phase is Phase.FORWARD:
+            stage = stage_of_op[i]
+            forward[stage].append(i)
+            for t in op.writes:
+                if t.role is Role.ACTIVATION:
+                    written[stage][t.name] = t.bytes
+                    first_writer[t.name] = min(stage, first_writer.get(t.name, stage))
+        elif op.phase.is_backward:
+            backward[stage_of_op[i]].append(i)
         for t in op.writes:
             if t.role is Role.GRADIENT:
                 all_grads[t.name] = t.bytes
-                if stage_of_op.get(i) == s:
-                    grads[t.name] = t.bytes
-    fraction = sum(grads.values()) / sum(all_grads.values()) if all_grads else 1.0 / stages
-    updates = [op for op in ops if op.phase is Phase.UPDATE]
-    update = _scaled(updates[0], fraction, s) if updates else None
-    written_here = {t.name: t.bytes for i in fwd for t in ops[i].writes if t.role is Role.ACTIVATION}
-    written_before = {
-        t.name
-        for i, op in enumerate(ops)
-        if op.phase is Phase.FORWARD and stage_of_op[i] <= s
-        for t in op.writes
-        if t.role is Role.ACTIVATION
-    }
-    crossing: dict[str, int] = {}
+                if stage is not None:
+                    grads[stage][t.name] = t.bytes
+    # an activation written at or before stage s and read by a later stage's forward op crosses s
+    crossing: list[dict[str, int]] = [{} for _ in range(stages)]
     for i, op in enumerate(ops):
-        if op.phase is Phase.FORWARD and stage_of_op[i] > s:
+        if op.phase is Phase.FORWARD:
+            stage = stage_of_op[i]
             for t in op.reads:
-                if t.name in written_before:
-                    crossing[t.name] = t.bytes
-    read_by_backward = {t.name for i in bwd for t in ops[i].reads} - _rebuilt(trace)
-    saved = sum(b for name, b in written_here.items() if name in read_by_backward)
-    send = sum(crossing.values()) if s < stages - 1 else 0
-    return Stage(s, fwd, bwd, update, fraction, send, saved)
+                for s in range(first_writer.get(t.name, stage), stage):
+                    crossing[s][t.name] = t.bytes
+    rebuilt = _rebuilt(trace)
+    updates = [op for op in ops if op.phase is Phase.UPDATE]
+    total = sum(all_grads.values())
+    result = []
+    for s in range(stages):
+        fraction = sum(grads[s].values()) / total if all_grads else 1.0 / stages
+        update = _scaled(updates[0], fraction, s) if updates else None
+        read_by_backward = {t.name for i in backward[s] for t in ops[i].reads} - rebuilt
+        saved = sum(b for name, b in written[s].items() if name in read_by_backward)
+        send = sum(crossing[s].values()) if s < stages - 1 else 0
+        result.append(Stage(s, tuple(forward[s]), tuple(backward[s]), update, fraction, send, saved))
+    return result
 
 
 def _scaled(op: Op, fraction: float, stage: int) -> Op:
@@ -183,10 +196,20 @@ def sub_trace(trace: Trace, indices: Sequence[int], name: str) -> Trace:
     return replace(trace, name=name, ops=ops)
 
 
-def stage_memory_bytes(trace: Trace, stage: Stage, inflight: int, transient_bytes: int = 0) -> int:
-    """Device memory of one stage's chip with ``inflight`` microbatches' activations saved."""
-    parameter_bytes = max(0, trace.memory_bytes - _activation_bytes(trace))
-    return round(parameter_bytes * stage.parameter_fraction) + stage.saved_bytes * inflight + transient_bytes
+def stage_memory_bytes(
+    trace: Trace, stage: Stage, inflight: int, transient_bytes: int = 0, parameters: int | None = None
+) -> int:
+    """Device memory of one stage's chip with ``inflight`` microbatches' activations saved.
+
+    ``parameters``: :func:`parameter_bytes` of ``trace``, when the caller has it (it walks the trace).
+    """
+    held = parameter_bytes(trace) if parameters is None else parameters
+    return round(held * stage.parameter_fraction) + stage.saved_bytes * inflight + transient_bytes
+
+
+def parameter_bytes(trace: Trace) -> int:
+    """The trace's memory less its saved activations: parameters, gradients and optimizer state."""
+    return max(0, trace.memory_bytes - _activation_bytes(trace))
 
 
 def _rebuilt(trace: Trace) -> set[str]:
