@@ -140,15 +140,16 @@ def _bracket(fits_batch: Callable[[int], bool], below: int, guess: int) -> tuple
 
 
 def batch_guess(
-    chip: ChipSpec, streaming: StreamingMemory, first: Sequence[Need], last: Sequence[Need], below: int
+    chip: ChipSpec, streaming: StreamingMemory, first: Sequence[Need], last: Sequence[Need], batch: int
 ) -> int | None:
     """The batch at which a step's chips reach their memory, held bytes taken as affine in batch.
 
-    ``first`` and ``last`` are what the chips of the step hold at batch 1 and at ``below``; each chip
-    whose bytes grow reaches the limit at its own batch, and the smallest is the guess (None: no chip
-    grows, or the steps differ in their chips). An estimate for :func:`largest_fitting`, never its answer.
+    ``first`` and ``last`` are what the chips of the step hold at batch 1 and at ``batch`` (above 1);
+    each chip whose bytes grow reaches the limit at its own batch, and the smallest is the guess (None:
+    no chip grows, or the steps differ in their chips). An estimate for :func:`largest_fitting`, never
+    its answer.
     """
-    if len(first) != len(last) or below <= 2:
+    if len(first) != len(last):
         return None
     limit = limit_bytes(chip, streaming)
     guesses = []
@@ -156,7 +157,7 @@ def batch_guess(
         start = held_bytes(chip, streaming, one.bytes, one.update_only)
         end = held_bytes(chip, streaming, many.bytes, many.update_only)
         if end > start:
-            guesses.append(1 + (limit - start) * (below - 1) // (end - start))
+            guesses.append(1 + (limit - start) * (batch - 1) // (end - start))
     return min(guesses, default=None)
 
 

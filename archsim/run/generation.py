@@ -76,11 +76,7 @@ def max_batch(
         return known[batch]
 
     try:  # a trace file keeps its model's name but cannot be rebuilt at another batch
-        guess = _affine_guess(
-            needs,
-            lambda n: memory_fit.held_bytes(chip, streaming, n.bytes, n.update_only),
-            memory_fit.limit_bytes(chip, streaming),
-        )
+        guess = _affine_guess(chip, streaming, needs)
     except UsageError:
         return None
     if 1 <= guess < MAX_ARGUMENT and fits(guess) and not fits(guess + 1):
@@ -88,18 +84,17 @@ def max_batch(
     return memory_fit.largest_fitting(fits, MAX_ARGUMENT + 1)
 
 
-def _affine_guess(
-    needs: Callable[[int], list[memory_fit.Need]], held: Callable[[memory_fit.Need], int], limit: int
-) -> int:
-    """The largest batch under ``limit`` were every need affine in the batch (from batches 1 and 2)."""
-    best = MAX_ARGUMENT
-    for one, two in zip(needs(1), needs(2), strict=True):
-        base, slope = held(one), held(two) - held(one)
-        if base > limit:
-            return 0
-        if slope > 0:
-            best = min(best, 1 + (limit - base) // slope)
-    return best
+def _affine_guess(chip: ChipSpec, streaming: StreamingMemory, needs: Callable[[int], list[memory_fit.Need]]) -> int:
+    """The largest batch that fits were every need affine in the batch, from batches 1 and 2.
+
+    :func:`archsim.memory_fit.batch_guess`; 0 when batch 1 does not fit, at most :data:`MAX_ARGUMENT`.
+    """
+    first = needs(1)
+    limit = memory_fit.limit_bytes(chip, streaming)
+    if any(memory_fit.held_bytes(chip, streaming, n.bytes, n.update_only) > limit for n in first):
+        return 0
+    guess = memory_fit.batch_guess(chip, streaming, first, needs(2), 2)
+    return MAX_ARGUMENT if guess is None else min(guess, MAX_ARGUMENT)
 
 
 def combined(prefill: RunResult, decode: RunResult, gen_len: int, chip: ChipSpec) -> RunResult:
