@@ -50,7 +50,7 @@ def cached_reads(trace: Trace, capacity_bytes: int) -> Trace:
                     held.move_to_end(t.name)
                     t = TensorAccess(t.name, t.bytes, t.role, True)
                 marked.append(t)
-            op = Op(op.name, op.kind, op.phase, op.flops, tuple(marked), op.writes, op.deps, op.gemm, op.conv, op.comm)
+            op = op.with_reads(tuple(marked))
         for t in op.writes:
             used -= held.pop(t.name, 0)
             if t.bytes > capacity_bytes:
