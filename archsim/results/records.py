@@ -60,7 +60,9 @@ class LayerRecord:
     energy_j: float = 0.0
     """Dynamic energy of the op on its chip (J), from its counts (:mod:`archsim.models.energy`)."""
     onchip_bytes: int = 0
-    """Operand bytes staged from the L2 into shared memory (tiled GPU matrix kernels; 0 elsewhere)."""
+    """Operand bytes read from an on-chip SRAM level (:attr:`archsim.models.base.OpCost.onchip_bytes`):
+    staged from the L2 into shared memory by tiled GPU matrix kernels, or served by a systolic chip's
+    on-chip cache; 0 elsewhere."""
 
     def with_energy(self, energy_j: float, clock_scale: float = 1.0) -> LayerRecord:
         """The record with ``energy_j`` set, its start and end at ``clock_scale`` of the nominal clock.
