@@ -34,6 +34,12 @@ def throughput_unit(trace: Trace) -> str:
     return f"{sample}s/s"
 
 
+def sequence_tokens(trace: Trace) -> int | None:
+    """Tokens each sequence of ``trace`` was computed at when its padding was removed (None: not removed)."""
+    tokens = trace.meta.get("tokens_per_sequence")
+    return None if tokens is None else int(tokens)
+
+
 def input_wait(samples: int, busy_s: float, input_samples_per_s: float | None) -> float:
     """Seconds a step of ``samples`` that keeps the chip busy ``busy_s`` waits for its input (0: none)."""
     if input_samples_per_s is None:
@@ -132,6 +138,7 @@ def build_result(
         batch=trace.batch,
         precision=trace.precision.value,
         seq_len=trace.seq_len,
+        tokens_per_sequence=sequence_tokens(trace),
         num_chips=num_chips,
         step_time_s=step_time_s,
         throughput=throughput,
@@ -230,6 +237,7 @@ def build_system_result(
         batch=batch,
         precision=trace.precision.value,
         seq_len=trace.seq_len,
+        tokens_per_sequence=sequence_tokens(trace),
         num_chips=num_chips,
         step_time_s=step_time_s,
         throughput=throughput,

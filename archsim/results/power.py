@@ -76,10 +76,14 @@ def throttled(
 
 
 def _per_token(result: RunResult, per_sample_j: float) -> float | None:
-    """Energy per token: per sample where a sample is a token (a decode step), else over ``seq_len``."""
+    """Energy per token: per sample where a token is the sample (a decode step), else per computed token.
+
+    A sequence's computed tokens are ``tokens_per_sequence`` where its padding was removed, else ``seq_len``.
+    """
     if result.throughput_unit == "tokens/s":
         return per_sample_j
-    return per_sample_j / result.seq_len if result.seq_len else None
+    tokens = result.tokens_per_sequence or result.seq_len
+    return per_sample_j / tokens if tokens else None
 
 
 def with_energy(

@@ -10,6 +10,8 @@ def summary_lines(result: RunResult) -> list[str]:
     """The run's headline numbers, one per line."""
     unit = result.throughput_unit
     seq = f", seq_len {result.seq_len}" if result.seq_len is not None else ""
+    if result.tokens_per_sequence is not None:
+        seq += f" ({result.tokens_per_sequence} tokens computed per sequence: padding removed)"
     n = result.normalized
     per_watt = f"{n.per_watt:.3g}" if n.per_watt is not None else "n/a"
     per_tdp = f"{n.per_watt_tdp:.3g}" if n.per_watt_tdp is not None else result.missing("tdp")

@@ -56,11 +56,16 @@ class Dataset(Spec):
     """Mean bytes of one stored (encoded) sample: what storage and a device-side decoder read."""
     decoded_sample_bytes: Bytes | None = None
     """Bytes of one decoded, augmented sample as the chip receives it from a host-side decoder."""
+    mean_tokens: Count | None = None
+    """Token data sets: mean real (not padding) tokens of one sequence at the convergence data's
+    ``seq_len``; what a stack that removes padding (``remove-padding``) computes per sequence."""
 
     @model_validator(mode="after")
     def _image_bytes(self) -> Dataset:
         if self.format is DataFormat.JPEG and (self.encoded_sample_bytes is None or self.decoded_sample_bytes is None):
             raise ValueError("a jpeg data set needs encoded_sample_bytes and decoded_sample_bytes")
+        if self.mean_tokens is not None and self.format is not DataFormat.TOKENS:
+            raise ValueError("mean_tokens describes a token data set (format: tokens)")
         return self
 
 
@@ -125,11 +130,15 @@ class ConvergenceSpec(Spec):
             raise ValueError("dataset.train_samples is needed when convergence or evaluation counts epochs")
         if self.default_optimizer not in self.optimizers:
             raise ValueError(f"default_optimizer {self.default_optimizer!r} is not one of the optimizers")
+        mean = self.dataset.mean_tokens
+        if mean is not None and (self.seq_len is None or mean > self.seq_len):
+            raise ValueError(f"dataset.mean_tokens must be at most seq_len ({self.seq_len}), got {mean}")
         for name, points in self.optimizers.items():
             batches = [p.global_batch for p in points]
             if not points or batches != sorted(set(batches)):
                 raise ValueError(f"optimizers.{name}: global batches must be ascending, each once")
-        needed = ("quality_target", "dataset", "evaluation", *(f"optimizers.{n}" for n in self.optimizers))
+        cited = ("dataset.mean_tokens",) if self.dataset.mean_tokens is not None else ()
+        needed = ("quality_target", "dataset", "evaluation", *cited, *(f"optimizers.{n}" for n in self.optimizers))
         missing = [k for k in needed if not self._cited(k)]
         if missing:
             raise ValueError(f"sources: no source for {', '.join(missing)}")

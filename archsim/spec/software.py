@@ -52,6 +52,10 @@ class Rewrite(enum.StrEnum):
     """Inference: score product, softmax and context product of attention run as one kernel."""
     RECOMPUTE = "recompute"
     """Training: activations are recomputed in the backward pass (``--recompute``)."""
+    REMOVE_PADDING = "remove-padding"
+    """Training on variable-length sequences: padding tokens are not computed (unpadded or packed
+    sequences); the step runs on the data set's mean real tokens per sequence
+    (``dataset.mean_tokens`` of the workload's convergence data, at its sequence length)."""
 
 
 class RewriteRule(Spec):

@@ -37,6 +37,7 @@ from archsim.results.assembly import (
     generation_fields,
     input_wait,
     memory_fields,
+    sequence_tokens,
     throughput_unit,
     tokens_per_sample,
 )
@@ -239,7 +240,8 @@ class _Run:
         per_sample = energy_j / (trace.batch or trace.batch * 1)
         throughput = self.throughput * limit.clock_scale
         unit = throughput_unit(trace)
-        per_token = per_sample if unit == "tokens/s" else (per_sample / trace.seq_len if trace.seq_len else None)
+        tokens = sequence_tokens(trace) or trace.seq_len
+        per_token = per_sample if unit == "tokens/s" else (per_sample / tokens if tokens else None)
         generation = generation_fields(trace, throughput, step_time_s)  # at the throttled clock, as the event path
         return RunResult(
             software=self.group.software,
@@ -266,6 +268,7 @@ class _Run:
             global_batch=trace.batch,
             single_chip_throughput=self.throughput / 1 * limit.clock_scale,
             throughput_unit=unit,
+            tokens_per_sequence=sequence_tokens(trace),
             chip_not_published=chip.not_published(),
             layers=(),
             energy_j=energy_j,

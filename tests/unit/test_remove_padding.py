@@ -1,0 +1,128 @@
+"""A stack that removes padding (``remove-padding``): BERT training on the data set's mean real tokens."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from archsim import simulate
+from archsim.cli import main
+from archsim.errors import SpecError
+from archsim.spec.common import Precision
+from archsim.spec.library import Library, builtin_roots
+from archsim.sweep import run_sweep
+from archsim.workloads import build_trace, real_tokens
+from archsim.workloads.options import TraceOptions
+from archsim.workloads.trace import Mode
+
+UNPADDED = "pytorch-mlperf-21.05"
+PADDED = "pytorch-21.11"  # the same dispatch costs, no rewrite
+CONVERGENCE = next(root for root in builtin_roots() if root.name == "convergence")
+
+
+def options(library: Library, software: str, mode: Mode) -> TraceOptions:
+    from archsim.stack import stack_options
+
+    return stack_options(library.software(software), mode, Precision.FP16, None, None)
+
+
+def test_the_unpadded_stack_computes_the_data_sets_mean_tokens_at_its_length_only() -> None:
+    library = Library(builtin_roots())
+    bert = library.model("bert-large")
+    mean = library.convergence("bert-large").dataset.mean_tokens
+    assert mean == 256
+    train = options(library, UNPADDED, Mode.TRAIN)
+    assert real_tokens(library, bert, Mode.TRAIN, 512, train) == mean
+    # no published mean at another length, nor for inference, nor from a stack that keeps the padding
+    assert real_tokens(library, bert, Mode.TRAIN, 128, train) is None
+    assert real_tokens(library, bert, Mode.INFER, 512, options(library, UNPADDED, Mode.INFER)) is None
+    assert real_tokens(library, bert, Mode.TRAIN, 512, options(library, PADDED, Mode.TRAIN)) is None
+    unpadded = build_trace("bert-large", library, Mode.TRAIN, 4, Precision.FP16, 512, train)
+    padded = options(library, PADDED, Mode.TRAIN)
+    shorter = build_trace("bert-large", library, Mode.TRAIN, 4, Precision.FP16, 256, padded)
+    assert unpadded.seq_len == 512 and unpadded.meta["tokens_per_sequence"] == "256"
+    assert [(o.name, o.flops, o.bytes) for o in unpadded.ops] == [(o.name, o.flops, o.bytes) for o in shorter.ops]
+
+
+def test_a_run_counts_sequences_of_the_padded_length_computed_at_the_mean() -> None:
+    unpadded = simulate("a100", "bert-large", "train", 8, seq_len=512, software=UNPADDED)
+    padded = simulate("a100", "bert-large", "train", 8, seq_len=512, software=PADDED)
+    shorter = simulate("a100", "bert-large", "train", 8, seq_len=256, software=PADDED)
+    assert (unpadded.seq_len, unpadded.tokens_per_sequence) == (512, 256)
+    assert (padded.tokens_per_sequence, shorter.tokens_per_sequence) == (None, None)
+    # the same ops and dispatch as the padded stack at the mean length
+    assert unpadded.step_time_s == pytest.approx(shorter.step_time_s, rel=1e-12)
+    assert unpadded.flops < 0.6 * padded.flops
+    assert unpadded.throughput == pytest.approx(shorter.throughput, rel=1e-12)
+    assert unpadded.throughput > padded.throughput
+    assert unpadded.energy_per_token_j == pytest.approx(unpadded.energy_per_sample_j / 256)
+
+
+def test_cli_says_what_was_computed_and_time_to_train_holds_at_the_padded_length(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["run", "a100", "bert-large", "--mode", "train", "--batch", "8", "--seq-len", "512"]
+    assert main([*argv, "--software", "pytorch-mlperf", "--time-to-train"]) == 0
+    out = capsys.readouterr().out
+    assert "seq_len 512 (256 tokens computed per sequence: padding removed)" in out
+    assert "time to train" in out
+    assert main([*argv, "--software", UNPADDED, "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert (record["seq_len"], record["tokens_per_sequence"]) == (512, 256)
+    assert main([*argv, "--software", PADDED, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["tokens_per_sequence"] is None
+
+
+def test_a_sweep_removes_padding_on_both_paths(tmp_path: Path) -> None:
+    spec = {
+        "schema_version": 1,
+        "kind": "sweep",
+        "name": "padding",
+        "target": "a100",
+        "workloads": [{"name": "bert-large", "mode": "train", "batch": 4, "seq_len": 512}],
+        "settings": {"software": UNPADDED},
+        "grid": {"chip.clock": ["1410 MHz", "1200 MHz"]},
+    }
+    path = tmp_path / "padding.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    tables = [run_sweep(str(path), jobs=1, progress=False, path=p) for p in ("event", "batch")]
+    for table in tables:
+        assert table["error"].isna().all()
+        assert list(table["tokens_per_sequence"]) == [256, 256]
+    assert list(tables[0]["throughput"]) == pytest.approx(list(tables[1]["throughput"]), rel=1e-9)
+    shorter = simulate("a100", "bert-large", "train", 4, seq_len=256, software=PADDED)
+    assert tables[0]["throughput"].iloc[0] == pytest.approx(shorter.throughput, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"mean_tokens": 513}, "mean_tokens must be at most seq_len"),
+        (
+            {"mean_tokens": 256, "format": "jpeg", "encoded_sample_bytes": "110 KB", "decoded_sample_bytes": "150 KB"},
+            "describes a token data set",
+        ),
+    ],
+)
+def test_a_bad_mean_is_refused_naming_the_field(tmp_path: Path, change: dict[str, object], problem: str) -> None:
+    source = CONVERGENCE / "bert-large.yaml"
+    data = yaml.safe_load(source.read_text())
+    data["name"], data["aliases"] = "bert-other", []
+    data["dataset"] |= change
+    (tmp_path / "bert-other.yaml").write_text(yaml.safe_dump(data))
+    library = Library([tmp_path])
+    with pytest.raises(SpecError, match=problem):
+        library.convergence("bert-other")
+
+
+def test_a_mean_needs_its_source(tmp_path: Path) -> None:
+    source = CONVERGENCE / "bert-large.yaml"
+    data = yaml.safe_load(source.read_text())
+    data["name"], data["aliases"] = "bert-other", []
+    del data["sources"]["dataset.mean_tokens"]
+    (tmp_path / "bert-other.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(SpecError, match=r"no source for dataset\.mean_tokens"):
+        Library([tmp_path]).convergence("bert-other")
