@@ -43,6 +43,7 @@ def simulate(
     overlap: bool = True,
     fusion: str | Fusion | None = None,
     recompute: bool | str | None = None,
+    padding: str | None = None,
     streaming_memory: str | StreamingMemory = StreamingMemory.NONE,
     prompt_len: int | None = None,
     gen_len: int | None = None,
@@ -61,11 +62,13 @@ def simulate(
     None means the chip's default (fp16, or bf16 on TPUs). Bad arguments raise
     :class:`~archsim.errors.ArchsimError` subclasses naming the argument. ``software`` names the
     stack that runs the graph (``software/``; None: the chip's default, see :mod:`archsim.stack`);
-    ``fusion`` (``none`` or ``norm-act``) and ``recompute`` (``none``, ``selective`` or ``full``; True
-    is ``full``, False ``none``) override what that stack does (None: as it does;
-    :class:`~archsim.workloads.options.Recompute`). ``streaming_memory`` (``none``,
-    ``optimizer-state`` or ``all``) says what an IPU may keep in streaming memory instead of
-    In-Processor Memory (:mod:`archsim.memory_fit`; other chips ignore it); a step that does not fit
+    ``fusion`` (``none`` or ``norm-act``), ``recompute`` (``none``, ``selective`` or ``full``; True
+    is ``full``, False ``none``) and ``padding`` (``kept`` or ``removed``: whether a BERT training
+    step computes its sequences' padding) override what that stack does (None: as it does;
+    :class:`~archsim.workloads.options.Recompute`, :class:`~archsim.workloads.options.Padding`).
+    ``streaming_memory`` (``none``, ``optimizer-state`` or ``all``) says what an IPU may keep in
+    streaming memory instead of In-Processor Memory (:mod:`archsim.memory_fit`; other chips ignore
+    it); a step that does not fit
     is refused with :class:`~archsim.errors.CapacityError` naming the largest batch that fits.
     ``mode`` ``prefill`` and ``decode`` (decoder language models) take ``prompt_len`` instead of
     ``seq_len`` and, for decode, ``gen_len`` (:mod:`archsim.workloads.decoder`; None: 128 each);
@@ -97,6 +100,7 @@ def simulate(
         software=software,
         fusion=fusion,
         recompute=recompute,
+        padding=padding,
         streaming_memory=streaming_memory,
         tensor_parallel=tensor_parallel,
         sequence_parallel=sequence_parallel,

@@ -85,7 +85,7 @@ def positive_int(text: str) -> int:
 
 
 def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
-    """Register ``--software``, ``--fusion`` and ``--recompute``: what runs the graph and how (``TraceOptions``)."""
+    """Register ``--software``, ``--fusion``, ``--recompute`` and ``--padding``: what runs the graph and how."""
     from archsim.spec.common import Fusion
 
     parser.add_argument(
@@ -116,6 +116,13 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_const",
         const="none",
         help="the same as --recompute none",
+    )
+    parser.add_argument(
+        "--padding",
+        choices=["kept", "removed"],
+        default=None,
+        help="training on padded sequences: kept computes every sequence at --seq-len, removed at its data "
+        "set's mean real tokens (BERT at 512: 256) (default: what the software does)",
     )
 
 

@@ -17,7 +17,7 @@ from archsim.spec.library import Library
 from archsim.spec.software import Rewrite, SoftwareSpec
 from archsim.workloads.conv import is_conv
 from archsim.workloads.gemm import is_gemm
-from archsim.workloads.options import Recompute, TraceOptions
+from archsim.workloads.options import Padding, Recompute, TraceOptions
 from archsim.workloads.trace import LAUNCH_KERNEL, Mode, Trace
 
 
@@ -53,14 +53,20 @@ def stack_options(
     fusion: Fusion | None,
     recompute: Recompute | bool | None,
     gen_len: int | None = None,
+    padding: Padding | None = None,
 ) -> TraceOptions:
-    """Trace options of a run: the stack's rewrites with the explicit ``fusion``/``recompute`` over them.
+    """Trace options of a run: the stack's rewrites with the explicit ``fusion``/``recompute``/``padding`` over them.
 
-    ``fusion`` None and ``recompute`` None keep what the stack does; a value replaces it (``recompute``
-    True is ``full``, False ``none``). ``gen_len``
+    ``fusion``, ``recompute`` and ``padding`` None keep what the stack does; a value replaces it
+    (``recompute`` True is ``full``, False ``none``; ``padding`` ``removed`` adds the
+    ``remove-padding`` rewrite, ``kept`` drops it). ``gen_len``
     is a decode run's generation length (:class:`~archsim.workloads.options.TraceOptions`).
     """
     rewrites = set(software.rewrites_for(mode.value, precision))
+    if padding is Padding.REMOVED:
+        rewrites.add(Rewrite.REMOVE_PADDING)
+    elif padding is Padding.KEPT:
+        rewrites.discard(Rewrite.REMOVE_PADDING)
     if fusion is not None:
         rewrites.discard(Rewrite.NORM_ACT)
     if recompute is not None:

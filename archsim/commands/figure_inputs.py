@@ -67,6 +67,7 @@ def simulate_run(args: argparse.Namespace) -> tuple[RunResult, Library, Timeline
         software=args.software,
         fusion=args.fusion,
         recompute=args.recompute,
+        padding=args.padding,
         streaming_memory=args.streaming_memory,
     )
     recorder = TimelineRecorder()

@@ -114,6 +114,7 @@ def request_options(args: argparse.Namespace) -> dict[str, Any]:
         "software": args.software,
         "fusion": args.fusion,
         "recompute": args.recompute,
+        "padding": args.padding,
         "streaming_memory": args.streaming_memory,
         "tensor_parallel": args.tensor_parallel,
         "sequence_parallel": args.sequence_parallel,

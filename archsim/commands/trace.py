@@ -70,10 +70,11 @@ def _write(path: str, write: Any, trace: Trace) -> None:
 
 
 def _options(args: argparse.Namespace, mode: Mode, precision: Precision) -> TraceOptions:
-    """The trace options asked for: ``--software``'s rewrites, with ``--fusion``/``--recompute`` over them."""
+    """The trace options asked for: ``--software``'s rewrites, ``--fusion``/``--recompute``/``--padding`` over them."""
     if args.software is None:
-        return trace_options(args.fusion, args.recompute)
-    return stack_trace_options(Library(args.lib).software(args.software), mode, precision, args.fusion, args.recompute)
+        return trace_options(args.fusion, args.recompute, padding=args.padding)
+    stack = Library(args.lib).software(args.software)
+    return stack_trace_options(stack, mode, precision, args.fusion, args.recompute, padding=args.padding)
 
 
 def import_trace(args: argparse.Namespace) -> int:

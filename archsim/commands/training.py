@@ -76,6 +76,7 @@ def extend_args(result: RunResult, args: argparse.Namespace) -> RunResult:
         "overlap": not getattr(args, "no_overlap", False),
         "fusion": args.fusion,
         "recompute": args.recompute,
+        "padding": args.padding,
         "streaming_memory": args.streaming_memory,
         "tensor_parallel": getattr(args, "tensor_parallel", 1),
         "sequence_parallel": getattr(args, "sequence_parallel", False),

@@ -20,9 +20,9 @@ from archsim.engine.options import Schedule
 from archsim.errors import LimitError, UsageError
 from archsim.limits import MAX_ARGUMENT
 from archsim.spec.common import Fusion, Precision, StreamingMemory
-from archsim.spec.software import SoftwareSpec
+from archsim.spec.software import Rewrite, SoftwareSpec
 from archsim.stack import check_name, stack_options
-from archsim.workloads.options import Recompute, TraceOptions
+from archsim.workloads.options import Padding, Recompute, TraceOptions
 from archsim.workloads.trace import Mode
 from archsim.workloads.transforms import DEFAULT_BUCKET_BYTES
 from archsim.workloads.zero import ZERO_STAGES
@@ -65,14 +65,26 @@ def recompute_choice(value: object) -> Recompute | None:
         raise UsageError("", "--recompute", f"must be one of {choices}, true or false, got {value!r}") from None
 
 
+def padding_choice(value: str | Padding | None) -> Padding | None:
+    """``--padding`` as a :class:`Padding` (None: what the software stack does)."""
+    return None if value is None else choice(Padding, value, "--padding")
+
+
 def trace_options(
-    fusion: str | Fusion | None, recompute: Recompute | str | bool | None, gen_len: int | None = None
+    fusion: str | Fusion | None,
+    recompute: Recompute | str | bool | None,
+    gen_len: int | None = None,
+    padding: str | Padding | None = None,
 ) -> TraceOptions:
-    """The trace options asked explicitly, checked (``--fusion``, ``--recompute``, ``--gen-len``; None: not asked)."""
+    """The trace options asked explicitly, checked (None: not asked).
+
+    ``--fusion``, ``--recompute``, ``--gen-len`` and ``--padding``.
+    """
     level = recompute_choice(recompute)
     check_count(gen_len, "--gen-len")
     fused = Fusion.NONE if fusion is None else choice(Fusion, fusion, "--fusion")
-    return TraceOptions(fused, level or Recompute.NONE, gen_len=gen_len)
+    removed = frozenset({Rewrite.REMOVE_PADDING}) if padding_choice(padding) is Padding.REMOVED else frozenset()
+    return TraceOptions(fused, level or Recompute.NONE, removed, gen_len=gen_len)
 
 
 def stack_trace_options(
@@ -82,11 +94,12 @@ def stack_trace_options(
     fusion: str | Fusion | None,
     recompute: Recompute | str | bool | None,
     gen_len: int | None = None,
+    padding: str | Padding | None = None,
 ) -> TraceOptions:
-    """The trace options of a run on ``stack``: its rewrites, with ``fusion``/``recompute`` over them."""
-    trace_options(fusion, recompute, gen_len)
+    """The trace options of a run on ``stack``: its rewrites, with ``fusion``/``recompute``/``padding`` over them."""
+    trace_options(fusion, recompute, gen_len, padding)
     chosen = None if fusion is None else choice(Fusion, fusion, "--fusion")
-    return stack_options(stack, mode, precision, chosen, recompute_choice(recompute), gen_len)
+    return stack_options(stack, mode, precision, chosen, recompute_choice(recompute), gen_len, padding_choice(padding))
 
 
 @dataclass(frozen=True)
@@ -244,6 +257,8 @@ class RunRequest:
     """None: what the software stack does."""
     recompute: Recompute | None = None
     """What the backward pass recomputes (None: what the software stack does)."""
+    padding: Padding | None = None
+    """Whether a training step computes its sequences' padding (None: what the software stack does)."""
     streaming: StreamingMemory = StreamingMemory.NONE
     """What an IPU may keep in streaming memory (:mod:`archsim.memory_fit`)."""
 
@@ -280,6 +295,7 @@ class RunRequest:
         software: str | None = None,
         fusion: str | Fusion | None = None,
         recompute: Recompute | str | bool | None = None,
+        padding: str | Padding | None = None,
         streaming_memory: str | StreamingMemory | None = StreamingMemory.NONE,
         tensor_parallel: int = 1,
         sequence_parallel: bool = False,
@@ -305,7 +321,7 @@ class RunRequest:
         if not run_mode.is_generation and prompt_len is not None:
             raise UsageError("", "--prompt-len", "is for --mode prefill and decode; other modes take --seq-len")
         explicit = check_name(software)
-        trace_options(fusion, recompute, gen_len)
+        trace_options(fusion, recompute, gen_len, padding)
         streaming = choice(StreamingMemory, streaming_memory or StreamingMemory.NONE, "--streaming-memory")
         layout = Layout.of(
             nodes,
@@ -334,5 +350,6 @@ class RunRequest:
             software=explicit,
             fusion=None if fusion is None else choice(Fusion, fusion, "--fusion"),
             recompute=recompute_choice(recompute),
+            padding=padding_choice(padding),
             streaming=streaming,
         )

@@ -32,7 +32,7 @@ from archsim.spec.software import SoftwareSpec
 from archsim.stack import planned_software, stack_options
 from archsim.workloads import build_trace, microbatch_trace
 from archsim.workloads.memory import trace_recompute, update_only_bytes
-from archsim.workloads.options import Recompute
+from archsim.workloads.options import Padding, Recompute
 from archsim.workloads.rebuild import Rebuilder
 from archsim.workloads.trace import Mode, Trace
 
@@ -125,7 +125,9 @@ def build(request: RunRequest, library: Library) -> BuiltRun:
         supported = ", ".join(p.value for p in chip.precisions)
         raise UsageError(chip.name, "--precision", f"{precision.value} is not supported (supported: {supported})")
     stack = planned_software(library, chip, request.software, request.workload)
-    trace_options = stack_options(stack, request.mode, precision, request.fusion, request.recompute, request.gen_len)
+    trace_options = stack_options(
+        stack, request.mode, precision, request.fusion, request.recompute, request.gen_len, request.padding
+    )
     trace_options = replace(
         trace_options,
         tensor_parallel=layout.tensor_parallel,
@@ -170,7 +172,22 @@ def build(request: RunRequest, library: Library) -> BuiltRun:
         )
         trace = default_batch_trace(chip, request.streaming, trace, request.batch, rebuild)
     check_trace_ops(len(trace.ops), trace.name)
+    check_padding(request, trace)
     return BuiltRun(request, target, trace, microbatches, options, rebuild if "model" in trace.meta else None)
+
+
+def check_padding(request: RunRequest, trace: Trace) -> None:
+    """Refuse (one line) ``--padding removed`` where no padding could be removed.
+
+    A stack that removes padding computes the padded length where its data set publishes no mean (its
+    other runs are unchanged); asked for by name, the removal must take place.
+    """
+    if request.padding is Padding.REMOVED and "tokens_per_sequence" not in trace.meta:
+        problem = (
+            "removed: no published mean sequence length for this run; padding is removed from training runs "
+            "whose convergence data give dataset.mean_tokens at their --seq-len (bert-large at 512)"
+        )
+        raise UsageError(request.workload, "--padding", problem)
 
 
 def check_zero(request: RunRequest, target: Target) -> None:

@@ -60,6 +60,7 @@ RUN_SETTINGS = (
     "overlap",
     "fusion",
     "recompute",
+    "padding",
     "software",
     "streaming_memory",
     "time_to_train",
@@ -102,6 +103,8 @@ class RunSettings(Spec):
     """None: what the software does."""
     recompute: StrictBool | Literal["none", "selective", "full"] | None = None
     """``none``, ``selective`` or ``full`` (True: full, False: none); None: what the software does."""
+    padding: Literal["kept", "removed"] | None = None
+    """Whether a training step computes its sequences' padding; None: what the software does."""
     software: Name | None = None
     """The software stack (a ``software/`` name; None: the chip's default)."""
     streaming_memory: StreamingMemory = StreamingMemory.NONE

@@ -33,7 +33,7 @@ from archsim.models.energy import chip_energy
 from archsim.models.plugins import has_op_costs
 from archsim.results.power import TECHNOLOGY, dram_bit_j
 from archsim.run.request import RunRequest
-from archsim.run.runner import default_batch_trace
+from archsim.run.runner import check_padding, default_batch_trace
 from archsim.spec.chip import ChipSpec
 from archsim.spec.efficiency import Efficiency
 from archsim.spec.library import Library
@@ -146,6 +146,7 @@ def _prepare(library: Library, task: Task, arguments: dict[str, Any], traces: _T
         software=arguments["software"],
         fusion=arguments["fusion"],
         recompute=arguments["recompute"],
+        padding=arguments["padding"],
         streaming_memory=arguments["streaming_memory"],
     )
     target, workload, streaming = request.target, request.workload, request.streaming
@@ -159,9 +160,12 @@ def _prepare(library: Library, task: Task, arguments: dict[str, Any], traces: _T
     planned = traces.plans.get(key)
     if planned is None:
         stack = planned_software(library, chip, request.software, workload)
-        options = stack_options(stack, request.mode, run_precision, request.fusion, request.recompute, None)
+        options = stack_options(
+            stack, request.mode, run_precision, request.fusion, request.recompute, None, request.padding
+        )
         seq_len = request.trace_seq_len
         first = traces.get(library, workload, request.mode, request.batch, run_precision, seq_len, options)
+        check_padding(request, first)
         rebuild = Rebuilder(workload, library, request.mode, run_precision, seq_len, options)
         software = stack if request.software is not None else default_software(library, chip, is_kernel(first))
         planned = traces.plans[key] = (first, rebuild, software)

@@ -41,6 +41,18 @@ class Recompute(enum.StrEnum):
         return cls(value)
 
 
+class Padding(enum.StrEnum):
+    """Whether a training step computes its sequences' padding (``--padding``).
+
+    * ``kept``: every sequence is computed at the padded ``seq_len``;
+    * ``removed``: a BERT training step is computed at its data set's mean real tokens per sequence
+      (the ``remove-padding`` rewrite, :func:`archsim.workloads.real_tokens`).
+    """
+
+    KEPT = "kept"
+    REMOVED = "removed"
+
+
 @dataclass(frozen=True)
 class TraceOptions:
     """Fusion and recomputation of one trace (:class:`~archsim.spec.common.Fusion` says what each fusion is)."""

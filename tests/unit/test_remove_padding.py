@@ -126,3 +126,53 @@ def test_a_mean_needs_its_source(tmp_path: Path) -> None:
     (tmp_path / "bert-other.yaml").write_text(yaml.safe_dump(data))
     with pytest.raises(SpecError, match=r"no source for dataset\.mean_tokens"):
         Library([tmp_path]).convergence("bert-other")
+
+
+def test_padding_asked_by_name_overrides_the_stack(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["run", "a100", "bert-large", "--mode", "train", "--batch", "8", "--seq-len", "512", "--json"]
+    steps = {}
+    for software, padding in ((PADDED, "removed"), (UNPADDED, None), (UNPADDED, "kept"), (PADDED, None)):
+        asked = [] if padding is None else ["--padding", padding]
+        assert main([*argv, "--software", software, *asked]) == 0
+        record = json.loads(capsys.readouterr().out)
+        steps[software, padding] = (record["tokens_per_sequence"], record["step_time_s"])
+    assert steps[PADDED, "removed"] == steps[UNPADDED, None]
+    assert steps[UNPADDED, "kept"] == steps[PADDED, None]
+    assert steps[PADDED, None][0] is None
+    api = simulate("a100", "bert-large", "train", 8, seq_len=512, software=PADDED, padding="removed")
+    assert (api.tokens_per_sequence, api.step_time_s) == steps[PADDED, "removed"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["a100", "bert-large", "--mode", "infer", "--seq-len", "512"],
+        ["a100", "bert-large", "--mode", "train", "--batch", "2", "--seq-len", "128"],
+        ["a100", "resnet50", "--mode", "train", "--batch", "2"],
+    ],
+)
+def test_padding_removed_where_no_mean_is_published_is_refused_in_one_line(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", *argv, "--padding", "removed"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--padding: removed: no published mean sequence length" in err[0]
+
+
+def test_a_padding_axis_of_a_sweep(tmp_path: Path) -> None:
+    spec = {
+        "schema_version": 1,
+        "kind": "sweep",
+        "name": "padding-axis",
+        "target": "a100",
+        "workloads": [{"name": "bert-large", "mode": "train", "batch": 4, "seq_len": 512}],
+        "settings": {"software": PADDED},
+        "grid": {"run.padding": ["kept", "removed"]},
+    }
+    path = tmp_path / "axis.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    table = run_sweep(str(path), jobs=1, progress=False)
+    assert table["error"].isna().all()
+    assert list(table["tokens_per_sequence"].fillna(0)) == [0, 256]
+    kept, removed = table["throughput"]
+    assert removed > kept
