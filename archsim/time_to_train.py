@@ -183,6 +183,7 @@ def extend(
         "batch": result.batch if pipelined else result.batch // result.microbatches,
         "microbatches": result.microbatches if pipelined else None,
         "recompute": False,
+        "padding": None,  # a training setting: the evaluation computes what its stack does at inference
     }
     evaluation = simulate(target, workload, "infer", library=library, **eval_options)
     if decode is not None:

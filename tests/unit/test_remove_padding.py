@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from archsim import simulate
+from archsim import simulate, simulate_training
 from archsim.cli import main
 from archsim.errors import SpecError
 from archsim.spec.common import Precision
@@ -141,6 +141,11 @@ def test_padding_asked_by_name_overrides_the_stack(capsys: pytest.CaptureFixture
     assert steps[PADDED, None][0] is None
     api = simulate("a100", "bert-large", "train", 8, seq_len=512, software=PADDED, padding="removed")
     assert (api.tokens_per_sequence, api.step_time_s) == steps[PADDED, "removed"]
+    # the time to train's evaluation is an inference step: it computes what the stack does there
+    trained = simulate_training("a100", "bert-large", batch=8, seq_len=512, software=PADDED, padding="removed")
+    unpadded = simulate_training("a100", "bert-large", batch=8, seq_len=512, software=UNPADDED)
+    assert trained.time_to_train is not None and unpadded.time_to_train is not None
+    assert trained.time_to_train.time_to_train_s == unpadded.time_to_train.time_to_train_s
 
 
 @pytest.mark.parametrize(
