@@ -119,10 +119,11 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--padding",
-        choices=["kept", "removed"],
+        choices=["kept", "removed", "packed"],
         default=None,
-        help="training on padded sequences: kept computes every sequence at --seq-len, removed at its data "
-        "set's mean real tokens (BERT at 512: 256) (default: what the software does)",
+        help="training on padded sequences: kept computes every sequence at --seq-len, removed each at its "
+        "data set's mean real tokens (BERT at 512: 256), packed whole sequences into packs of --seq-len "
+        "tokens (default: what the software does)",
     )
 
 

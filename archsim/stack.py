@@ -46,6 +46,14 @@ def check_name(name: object) -> str | None:
     return name
 
 
+PADDING_REWRITES = {
+    Padding.KEPT: frozenset[Rewrite](),
+    Padding.REMOVED: frozenset({Rewrite.REMOVE_PADDING}),
+    Padding.PACKED: frozenset({Rewrite.PACK_SEQUENCES}),
+}
+"""The rewrite each ``--padding`` asks for (:mod:`archsim.workloads.padding`)."""
+
+
 def stack_options(
     software: SoftwareSpec,
     mode: Mode,
@@ -58,15 +66,14 @@ def stack_options(
     """Trace options of a run: the stack's rewrites with the explicit ``fusion``/``recompute``/``padding`` over them.
 
     ``fusion``, ``recompute`` and ``padding`` None keep what the stack does; a value replaces it
-    (``recompute`` True is ``full``, False ``none``; ``padding`` ``removed`` adds the
-    ``remove-padding`` rewrite, ``kept`` drops it). ``gen_len``
+    (``recompute`` True is ``full``, False ``none``; ``padding`` replaces the stack's ``remove-padding``
+    or ``pack-sequences`` rewrite by :data:`PADDING_REWRITES`'s). ``gen_len``
     is a decode run's generation length (:class:`~archsim.workloads.options.TraceOptions`).
     """
     rewrites = set(software.rewrites_for(mode.value, precision))
-    if padding is Padding.REMOVED:
-        rewrites.add(Rewrite.REMOVE_PADDING)
-    elif padding is Padding.KEPT:
-        rewrites.discard(Rewrite.REMOVE_PADDING)
+    if padding is not None:
+        rewrites -= {Rewrite.REMOVE_PADDING, Rewrite.PACK_SEQUENCES}
+        rewrites |= PADDING_REWRITES[padding]
     if fusion is not None:
         rewrites.discard(Rewrite.NORM_ACT)
     if recompute is not None:

@@ -35,7 +35,7 @@ def throughput_unit(trace: Trace) -> str:
 
 
 def sequence_tokens(trace: Trace) -> int | None:
-    """Tokens each sequence of ``trace`` was computed at when its padding was removed (None: not removed)."""
+    """Real tokens per sequence of ``trace`` where its padding was left out (None: computed padded)."""
     tokens = trace.meta.get("tokens_per_sequence")
     return None if tokens is None else int(tokens)
 
@@ -138,6 +138,7 @@ def build_result(
         batch=trace.batch,
         precision=trace.precision.value,
         seq_len=trace.seq_len,
+        padding=trace.meta.get("padding"),
         tokens_per_sequence=sequence_tokens(trace),
         num_chips=num_chips,
         step_time_s=step_time_s,
@@ -237,6 +238,7 @@ def build_system_result(
         batch=batch,
         precision=trace.precision.value,
         seq_len=trace.seq_len,
+        padding=trace.meta.get("padding"),
         tokens_per_sequence=sequence_tokens(trace),
         num_chips=num_chips,
         step_time_s=step_time_s,

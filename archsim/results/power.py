@@ -78,7 +78,7 @@ def throttled(
 def _per_token(result: RunResult, per_sample_j: float) -> float | None:
     """Energy per token: per sample where a token is the sample (a decode step), else per computed token.
 
-    A sequence's computed tokens are ``tokens_per_sequence`` where its padding was removed, else ``seq_len``.
+    A sequence's tokens are its real ``tokens_per_sequence`` where its padding was left out, else ``seq_len``.
     """
     if result.throughput_unit == "tokens/s":
         return per_sample_j

@@ -238,9 +238,12 @@ class RunResult:
     normalized throughputs they would give are None, and shown as ``not published``."""
     throughput_unit: str = field(default="samples/s", kw_only=True)
     """What :attr:`throughput` counts per second, from the workload (see :func:`throughput_unit`)."""
+    padding: str | None = field(default=None, kw_only=True)
+    """How the sequences' padding was left out: ``removed`` (each at its real length) or ``packed``
+    (into packs of ``seq_len`` tokens); None when every sequence was computed at ``seq_len``
+    (:mod:`archsim.workloads.padding`)."""
     tokens_per_sequence: int | None = field(default=None, kw_only=True)
-    """Tokens each sequence was computed at when the software removed its padding (``remove-padding``:
-    the data set's mean real tokens at ``seq_len``); None when the padded ``seq_len`` was computed."""
+    """Real tokens per sequence where ``padding`` is set (the data set's mean at ``seq_len``), else None."""
     tokens_per_s: float | None = field(default=None, kw_only=True)
     """Tokens per second, whole target: prompt tokens processed (prefill), new tokens generated
     (decode); None in other modes."""

@@ -10,7 +10,9 @@ def summary_lines(result: RunResult) -> list[str]:
     """The run's headline numbers, one per line."""
     unit = result.throughput_unit
     seq = f", seq_len {result.seq_len}" if result.seq_len is not None else ""
-    if result.tokens_per_sequence is not None:
+    if result.padding == "packed":
+        seq += f" (packed into packs of {result.seq_len} tokens, {result.tokens_per_sequence} real per sequence)"
+    elif result.padding is not None:
         seq += f" ({result.tokens_per_sequence} tokens computed per sequence: padding removed)"
     n = result.normalized
     per_watt = f"{n.per_watt:.3g}" if n.per_watt is not None else "n/a"

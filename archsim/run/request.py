@@ -21,7 +21,7 @@ from archsim.errors import LimitError, UsageError
 from archsim.limits import MAX_ARGUMENT
 from archsim.spec.common import Fusion, Precision, StreamingMemory
 from archsim.spec.software import Rewrite, SoftwareSpec
-from archsim.stack import check_name, stack_options
+from archsim.stack import PADDING_REWRITES, check_name, stack_options
 from archsim.workloads.options import Padding, Recompute, TraceOptions
 from archsim.workloads.trace import Mode
 from archsim.workloads.transforms import DEFAULT_BUCKET_BYTES
@@ -83,8 +83,9 @@ def trace_options(
     level = recompute_choice(recompute)
     check_count(gen_len, "--gen-len")
     fused = Fusion.NONE if fusion is None else choice(Fusion, fusion, "--fusion")
-    removed = frozenset({Rewrite.REMOVE_PADDING}) if padding_choice(padding) is Padding.REMOVED else frozenset()
-    return TraceOptions(fused, level or Recompute.NONE, removed, gen_len=gen_len)
+    chosen = padding_choice(padding)
+    rewrites = frozenset[Rewrite]() if chosen is None else PADDING_REWRITES[chosen]
+    return TraceOptions(fused, level or Recompute.NONE, rewrites, gen_len=gen_len)
 
 
 def stack_trace_options(

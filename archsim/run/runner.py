@@ -182,10 +182,11 @@ def check_padding(request: RunRequest, trace: Trace) -> None:
     A stack that removes padding computes the padded length where its data set publishes no mean (its
     other runs are unchanged); asked for by name, the removal must take place.
     """
-    if request.padding is Padding.REMOVED and "tokens_per_sequence" not in trace.meta:
+    if request.padding not in (None, Padding.KEPT) and "padding" not in trace.meta:
+        assert request.padding is not None
         problem = (
-            "removed: no published mean sequence length for this run; padding is removed from training runs "
-            "whose convergence data give dataset.mean_tokens at their --seq-len (bert-large at 512)"
+            f"{request.padding.value}: no published mean sequence length for this run; padding is left out of "
+            "training runs whose convergence data give dataset.mean_tokens at their --seq-len (bert-large at 512)"
         )
         raise UsageError(request.workload, "--padding", problem)
 

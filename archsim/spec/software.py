@@ -53,9 +53,12 @@ class Rewrite(enum.StrEnum):
     RECOMPUTE = "recompute"
     """Training: activations are recomputed in the backward pass (``--recompute``)."""
     REMOVE_PADDING = "remove-padding"
-    """Training on variable-length sequences: padding tokens are not computed (unpadded or packed
-    sequences); the step runs on the data set's mean real tokens per sequence
-    (``dataset.mean_tokens`` of the workload's convergence data, at its sequence length)."""
+    """Training on variable-length sequences: each sequence is computed at its real length, priced at
+    the data set's mean (``dataset.mean_tokens`` of the workload's convergence data, at its sequence
+    length; :mod:`archsim.workloads.padding`)."""
+    PACK_SEQUENCES = "pack-sequences"
+    """Training on variable-length sequences: whole sequences are packed into packs of the padded
+    length, each pack computed as one sequence (:mod:`archsim.workloads.padding`)."""
 
 
 class RewriteRule(Spec):

@@ -103,7 +103,7 @@ class RunSettings(Spec):
     """None: what the software does."""
     recompute: StrictBool | Literal["none", "selective", "full"] | None = None
     """``none``, ``selective`` or ``full`` (True: full, False: none); None: what the software does."""
-    padding: Literal["kept", "removed"] | None = None
+    padding: Literal["kept", "removed", "packed"] | None = None
     """Whether a training step computes its sequences' padding; None: what the software does."""
     software: Name | None = None
     """The software stack (a ``software/`` name; None: the chip's default)."""

@@ -268,6 +268,7 @@ class _Run:
             global_batch=trace.batch,
             single_chip_throughput=self.throughput / 1 * limit.clock_scale,
             throughput_unit=unit,
+            padding=trace.meta.get("padding"),
             tokens_per_sequence=sequence_tokens(trace),
             chip_not_published=chip.not_published(),
             layers=(),

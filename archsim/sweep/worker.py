@@ -33,6 +33,7 @@ RESULT_COLUMNS = (
     "batch",
     "precision",
     "seq_len",
+    "padding",
     "tokens_per_sequence",
     "num_chips",
     "step_time_s",

@@ -26,16 +26,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from archsim.errors import LookupFailed, SpecError, UsageError
+from archsim.errors import SpecError, UsageError
 from archsim.spec.common import Fusion, Precision
 from archsim.spec.library import Entry, Library
 from archsim.spec.model import Architecture, DecoderSection, ModelSpec
-from archsim.spec.software import Rewrite
 from archsim.workloads.conv import conv_graph, is_conv
 from archsim.workloads.gemm import gemm_graph, is_gemm
 from archsim.workloads.graph import ForwardGraph
 from archsim.workloads.memory import finish_trace
 from archsim.workloads.options import Recompute, TraceOptions
+from archsim.workloads.padding import Unpadded, unpadded
 from archsim.workloads.resnet import resnet_graph
 from archsim.workloads.sources import is_chakra, is_onnx
 from archsim.workloads.trace import Mode, Trace
@@ -78,12 +78,12 @@ def _model_trace(
     precision: Precision,
     seq_len: int | None,
     options: TraceOptions,
-    tokens: int | None = None,
+    padding: Unpadded | None = None,
 ) -> Trace:
     """The trace of a built-in (or user) model description.
 
-    ``tokens`` (:func:`real_tokens`): a BERT step's sequences are computed at that many tokens, the
-    padding of their ``seq_len`` removed; the trace keeps ``seq_len`` and says ``tokens`` in its meta.
+    ``padding`` (:func:`~archsim.workloads.padding.unpadded`): a BERT step's sequences are computed
+    without their padding; the trace keeps ``batch`` and ``seq_len`` and says what it computed in its meta.
     """
     if batch is None:
         batch = spec.default_batch.train if mode is Mode.TRAIN else spec.default_batch.infer
@@ -114,9 +114,10 @@ def _model_trace(
             seq_len = spec.bert.default_seq_len
         elif seq_len > limit:
             raise UsageError(source, "--seq-len", f"{seq_len} exceeds {spec.name}'s max_position of {limit}")
-        graph = bert_graph(spec, mode, batch, seq_len if tokens is None else tokens, precision)
-        if tokens is not None:
-            meta["tokens_per_sequence"] = str(tokens)
+        sequences, tokens = (batch, seq_len) if padding is None else padding.shape(batch, seq_len)
+        graph = bert_graph(spec, mode, sequences, tokens, precision)
+        if padding is not None:
+            meta |= padding.meta()
     else:
         if seq_len is not None:
             raise UsageError(source, "--seq-len", f"{spec.name} is not a sequence model; leave the sequence length out")
@@ -321,28 +322,8 @@ def _build(
         checked = batch if fixed_batch_checked else None
         return _file_trace(trace, entry.source, mode, checked, precision, seq_len), True
     spec: ModelSpec = library.spec(entry)
-    tokens = real_tokens(library, spec, mode, seq_len, options)
-    return _model_trace(spec, workload, mode, batch, precision, seq_len, options, tokens), False
-
-
-def real_tokens(
-    library: Library, spec: ModelSpec, mode: Mode, seq_len: int | None, options: TraceOptions
-) -> int | None:
-    """Tokens per sequence a training step computes when its stack removes padding, else None.
-
-    The stack's ``remove-padding`` rewrite runs a BERT training step on the mean real tokens of the
-    data set it trains on: the workload's convergence data's ``dataset.mean_tokens``, published at its
-    ``seq_len`` only. Anywhere else (another length, inference, no published mean) the padded
-    sequence is computed, as it is without the rewrite.
-    """
-    if mode is not Mode.TRAIN or Rewrite.REMOVE_PADDING not in options.applied() or spec.bert is None:
-        return None
-    try:
-        data = library.convergence(spec.name)
-    except LookupFailed:
-        return None
-    length = spec.bert.default_seq_len if seq_len is None else seq_len
-    return data.dataset.mean_tokens if data.seq_len == length else None
+    padding = unpadded(library, spec, mode, seq_len, options)
+    return _model_trace(spec, workload, mode, batch, precision, seq_len, options, padding), False
 
 
 def _built_already(source: str, options: TraceOptions) -> None:

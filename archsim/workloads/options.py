@@ -45,12 +45,15 @@ class Padding(enum.StrEnum):
     """Whether a training step computes its sequences' padding (``--padding``).
 
     * ``kept``: every sequence is computed at the padded ``seq_len``;
-    * ``removed``: a BERT training step is computed at its data set's mean real tokens per sequence
-      (the ``remove-padding`` rewrite, :func:`archsim.workloads.real_tokens`).
+    * ``removed``: each sequence at its data set's mean real tokens (the ``remove-padding`` rewrite);
+    * ``packed``: sequences packed into packs of ``seq_len`` tokens (the ``pack-sequences`` rewrite).
+
+    See :mod:`archsim.workloads.padding`.
     """
 
     KEPT = "kept"
     REMOVED = "removed"
+    PACKED = "packed"
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""A stack that removes padding (``remove-padding``): BERT training on the data set's mean real tokens."""
+"""Padding left out of BERT training: each sequence at the data set's mean real tokens, or packed."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ from archsim.cli import main
 from archsim.errors import SpecError
 from archsim.spec.common import Precision
 from archsim.spec.library import Library, builtin_roots
+from archsim.spec.software import Rewrite
 from archsim.sweep import run_sweep
-from archsim.workloads import build_trace, real_tokens
+from archsim.workloads import build_trace
 from archsim.workloads.options import TraceOptions
+from archsim.workloads.padding import Unpadded, unpadded
 from archsim.workloads.trace import Mode
 
 UNPADDED = "pytorch-mlperf-21.05"
@@ -35,16 +37,18 @@ def test_the_unpadded_stack_computes_the_data_sets_mean_tokens_at_its_length_onl
     mean = library.convergence("bert-large").dataset.mean_tokens
     assert mean == 256
     train = options(library, UNPADDED, Mode.TRAIN)
-    assert real_tokens(library, bert, Mode.TRAIN, 512, train) == mean
+    assert unpadded(library, bert, Mode.TRAIN, 512, train) == Unpadded(256, packed=False)
     # no published mean at another length, nor for inference, nor from a stack that keeps the padding
-    assert real_tokens(library, bert, Mode.TRAIN, 128, train) is None
-    assert real_tokens(library, bert, Mode.INFER, 512, options(library, UNPADDED, Mode.INFER)) is None
-    assert real_tokens(library, bert, Mode.TRAIN, 512, options(library, PADDED, Mode.TRAIN)) is None
-    unpadded = build_trace("bert-large", library, Mode.TRAIN, 4, Precision.FP16, 512, train)
+    assert unpadded(library, bert, Mode.TRAIN, 128, train) is None
+    assert unpadded(library, bert, Mode.INFER, 512, options(library, UNPADDED, Mode.INFER)) is None
+    assert unpadded(library, bert, Mode.TRAIN, 512, options(library, PADDED, Mode.TRAIN)) is None
+    assert unpadded(library, bert, Mode.TRAIN, 512, options(library, "poplar", Mode.TRAIN)) == Unpadded(256, True)
+    built = build_trace("bert-large", library, Mode.TRAIN, 4, Precision.FP16, 512, train)
     padded = options(library, PADDED, Mode.TRAIN)
     shorter = build_trace("bert-large", library, Mode.TRAIN, 4, Precision.FP16, 256, padded)
-    assert unpadded.seq_len == 512 and unpadded.meta["tokens_per_sequence"] == "256"
-    assert [(o.name, o.flops, o.bytes) for o in unpadded.ops] == [(o.name, o.flops, o.bytes) for o in shorter.ops]
+    assert built.seq_len == 512 and built.meta["tokens_per_sequence"] == "256"
+    assert built.meta["padding"] == "removed"
+    assert [(o.name, o.flops, o.bytes) for o in built.ops] == [(o.name, o.flops, o.bytes) for o in shorter.ops]
 
 
 def test_a_run_counts_sequences_of_the_padded_length_computed_at_the_mean() -> None:
@@ -181,3 +185,41 @@ def test_a_padding_axis_of_a_sweep(tmp_path: Path) -> None:
     assert list(table["tokens_per_sequence"].fillna(0)) == [0, 256]
     kept, removed = table["throughput"]
     assert removed > kept
+
+
+@pytest.mark.parametrize(("batch", "packs"), [(8, 4), (7, 4), (1, 1)])
+def test_packed_sequences_fill_packs_of_the_padded_length(batch: int, packs: int) -> None:
+    library = Library(builtin_roots())
+    packed = options(library, PADDED, Mode.TRAIN)
+    packed = TraceOptions(packed.fusion, packed.recompute, packed.rewrites | {Rewrite.PACK_SEQUENCES})
+    trace = build_trace("bert-large", library, Mode.TRAIN, batch, Precision.FP16, 512, packed)
+    whole = build_trace(
+        "bert-large", library, Mode.TRAIN, packs, Precision.FP16, 512, options(library, PADDED, Mode.TRAIN)
+    )
+    assert (trace.batch, trace.seq_len) == (batch, 512)
+    assert (trace.meta["padding"], trace.meta["tokens_per_sequence"]) == ("packed", "256")
+    assert [(o.name, o.flops, o.bytes) for o in trace.ops] == [(o.name, o.flops, o.bytes) for o in whole.ops]
+
+
+def test_a_packed_step_counts_its_sequences_and_pays_attention_over_whole_packs() -> None:
+    packed = simulate("a100", "bert-large", "train", 8, seq_len=512, software=PADDED, padding="packed")
+    four_packs = simulate("a100", "bert-large", "train", 4, seq_len=512, software=PADDED)
+    removed = simulate("a100", "bert-large", "train", 8, seq_len=512, software=PADDED, padding="removed")
+    assert (packed.padding, packed.tokens_per_sequence, packed.batch) == ("packed", 256, 8)
+    assert packed.step_time_s == pytest.approx(four_packs.step_time_s, rel=1e-12)
+    assert packed.throughput == pytest.approx(2 * four_packs.throughput, rel=1e-12)
+    # the same tokens as removing the padding, and more attention: a pack attends over all its 512
+    assert removed.flops < packed.flops < four_packs.flops * 1.0001
+
+
+def test_poplar_packs_graphcores_bert_and_counts_sequences(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["run", "ipu-pod16", "bert-large", "--mode", "train", "--seq-len", "512", "--json"]
+    layout = ["--pipeline-stages", "4", "--microbatches", "8", "--streaming-memory", "optimizer-state"]
+    assert main([*argv, *layout, "--batch", "16"]) == 0
+    packed = json.loads(capsys.readouterr().out)
+    # the same packs, one padded sequence each: half the sequences in the same step
+    assert main([*argv, *layout, "--batch", "8", "--padding", "kept"]) == 0
+    kept = json.loads(capsys.readouterr().out)
+    assert (packed["software"], packed["padding"], kept["padding"]) == ("poplar-2.3", "packed", None)
+    assert packed["step_time_s"] == pytest.approx(kept["step_time_s"], rel=1e-12)
+    assert packed["throughput"] == pytest.approx(2 * kept["throughput"], rel=1e-12)
