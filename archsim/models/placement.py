@@ -3,9 +3,10 @@
 Chips are numbered along the tiers, innermost first. A tensor-parallel group is ``T`` consecutive
 chips of the first tier (``T`` must divide its size); a pipeline of ``P`` stages is ``P`` such groups
 in a row, ``U = T x P`` consecutive chips: chip ``i`` runs stage ``(i // T) mod P``. Without tensor
-parallelism a pipeline lies within the first tier (``P`` must divide its size); with it a pipeline
-may span members of higher tiers (Megatron-LM's GPT-3 runs: ``T = 8`` inside a DGX node, the stages
-across nodes), as long as the chips it spans tile each tier. Every other chip is a data-parallel
+parallelism ``P`` divides the first tier's size (the pipeline lies within one member of the next
+tier) or is a multiple of it (Graphcore's 8-stage BERT over two IPU-M2000s); with it a pipeline may
+span members of higher tiers (Megatron-LM's GPT-3 runs: ``T = 8`` inside a DGX node, the stages
+across nodes). Either way the chips it spans must tile each tier. Every other chip is a data-parallel
 replica, so the data-parallel group of a chip is every chip with its stage and its tensor-parallel
 rank. At a tier whose members (of ``m`` chips) each hold whole pipelines (``U`` divides ``m``), that
 group takes all ``size`` members; at a tier whose members are smaller than a pipeline, ``size /
@@ -114,10 +115,9 @@ def place(fabric: Fabric, stages: int, source: str = "", tensor_parallel: int = 
     if t > 1 and first_size % t:
         fits = ", ".join(str(d) for d in range(1, first_size + 1) if first_size % d == 0)
         raise UsageError(source, "--tensor-parallel", f"{t} chips must divide {where} of {fabric.system}; {fits} would")
-    if t == 1 and stages > 1 and first_size % stages:
-        raise UsageError(
-            source, "--pipeline-stages", f"{stages} stages must divide the chips joined by {where} of {fabric.system}"
-        )
+    if t == 1 and stages > 1 and first_size % stages and stages % first_size:
+        problem = f"{stages} stages must divide the chips joined by {where} of {fabric.system}, or be a multiple"
+        raise UsageError(source, "--pipeline-stages", problem)
     unit = t * stages
     if not _tiles(fabric, unit):
         fits = ", ".join(str(p) for p in range(1, fabric.num_chips // t + 1) if _tiles(fabric, t * p))
