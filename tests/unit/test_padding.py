@@ -80,19 +80,25 @@ def test_cli_says_what_was_computed_and_time_to_train_holds_at_the_padded_length
     assert json.loads(capsys.readouterr().out)["tokens_per_sequence"] is None
 
 
-def test_a_sweep_removes_padding_on_both_paths(tmp_path: Path) -> None:
+def bert_sweep(tmp_path: Path, software: str, grid: dict[str, list[str]]) -> str:
+    """A sweep file of BERT-Large training at 512 on an A100, run by ``software`` over ``grid``."""
     spec = {
         "schema_version": 1,
         "kind": "sweep",
         "name": "padding",
         "target": "a100",
         "workloads": [{"name": "bert-large", "mode": "train", "batch": 4, "seq_len": 512}],
-        "settings": {"software": UNPADDED},
-        "grid": {"chip.clock": ["1410 MHz", "1200 MHz"]},
+        "settings": {"software": software},
+        "grid": grid,
     }
     path = tmp_path / "padding.yaml"
     path.write_text(yaml.safe_dump(spec))
-    tables = [run_sweep(str(path), jobs=1, progress=False, path=p) for p in ("event", "batch")]
+    return str(path)
+
+
+def test_a_sweep_removes_padding_on_both_paths(tmp_path: Path) -> None:
+    path = bert_sweep(tmp_path, UNPADDED, {"chip.clock": ["1410 MHz", "1200 MHz"]})
+    tables = [run_sweep(path, jobs=1, progress=False, path=p) for p in ("event", "batch")]
     for table in tables:
         assert table["error"].isna().all()
         assert list(table["tokens_per_sequence"]) == [256, 256]
@@ -169,18 +175,8 @@ def test_padding_removed_where_no_mean_is_published_is_refused_in_one_line(
 
 
 def test_a_padding_axis_of_a_sweep(tmp_path: Path) -> None:
-    spec = {
-        "schema_version": 1,
-        "kind": "sweep",
-        "name": "padding-axis",
-        "target": "a100",
-        "workloads": [{"name": "bert-large", "mode": "train", "batch": 4, "seq_len": 512}],
-        "settings": {"software": PADDED},
-        "grid": {"run.padding": ["kept", "removed"]},
-    }
-    path = tmp_path / "axis.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    table = run_sweep(str(path), jobs=1, progress=False)
+    path = bert_sweep(tmp_path, PADDED, {"run.padding": ["kept", "removed"]})
+    table = run_sweep(path, jobs=1, progress=False)
     assert table["error"].isna().all()
     assert list(table["tokens_per_sequence"].fillna(0)) == [0, 256]
     kept, removed = table["throughput"]
