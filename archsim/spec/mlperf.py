@@ -44,6 +44,8 @@ class MlperfRow(Spec):
     recompute: bool = False
     fusion: Fusion | None = None
     """Ops the run's framework fused, as ``--fusion`` (None: what its software stack does)."""
+    padding: Literal["kept", "removed", "packed"] | None = None
+    """How the run computed its sequences' padding, as ``--padding`` (None: what its software stack does)."""
     streaming_memory: StreamingMemory = StreamingMemory.NONE
     precision: Precision
     seq_len: Count | None = None

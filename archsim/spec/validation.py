@@ -124,6 +124,8 @@ class Row(Spec):
     """Ops the published run's framework fused, as ``--fusion`` (None: what its software does)."""
     recompute: bool | Literal["none", "selective", "full"] | None = None
     """What the published run recomputed, as ``--recompute`` (True: full; None: as its software does)."""
+    padding: Literal["kept", "removed", "packed"] | None = None
+    """How the published run computed its sequences' padding, as ``--padding`` (None: as its software does)."""
     metric: Metric
     phase: Literal["fwd", "bwd_data", "bwd_weight", "update"] | None = None
     """For ``op_time``: the phase of the op whose time was measured (a run has one op per phase)."""

@@ -77,6 +77,7 @@ def predict_row(row: MlperfRow, library: Library, source: str) -> RunResult:
         microbatches=row.microbatches,
         fusion=row.fusion,
         recompute=row.recompute,
+        padding=row.padding,
         streaming_memory=row.streaming_memory,
         software=row.stack,
     )

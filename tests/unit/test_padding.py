@@ -219,3 +219,43 @@ def test_poplar_packs_graphcores_bert_and_counts_sequences(capsys: pytest.Captur
     assert (packed["software"], packed["padding"], kept["padding"]) == ("poplar-2.3", "packed", None)
     assert packed["step_time_s"] == pytest.approx(kept["step_time_s"], rel=1e-12)
     assert packed["throughput"] == pytest.approx(2 * kept["throughput"], rel=1e-12)
+
+
+def test_a_validation_row_and_an_mlperf_row_may_name_their_padding(tmp_path: Path) -> None:
+    from archsim.validation.mlperf import run_mlperf
+    from archsim.validation.run import validate
+
+    row = {
+        "id": "unpadded",
+        "group": "single_chip",
+        "target": "a100",
+        "workload": "bert-large",
+        "mode": "train",
+        "batch": 8,
+        "seq_len": 512,
+        "precision": "fp16",
+        "software": PADDED,
+        "padding": "removed",
+        "metric": "throughput",
+        "published": 100,
+        "unit": "seq/s",
+        "source": "made up for the test",
+    }
+    table = {
+        "schema_version": 1,
+        "kind": "validation",
+        "name": "padding-rows",
+        "description": "d",
+        "tolerance": {"single_chip": 0.15},
+        "rows": [row],
+    }
+    (tmp_path / "rows.yaml").write_text(yaml.safe_dump(table))
+    report = validate(Library([tmp_path]), str(tmp_path / "rows.yaml"))
+    removed = simulate("a100", "bert-large", "train", 8, seq_len=512, software=PADDED, padding="removed")
+    assert report.rows[0].predicted == pytest.approx(removed.throughput, rel=1e-12)
+    mlperf = yaml.safe_load((CONVERGENCE.parent / "validation" / "mlperf.yaml").read_text())
+    nvidia = next(r for r in mlperf["rows"] if r["id"] == "nvidia-dgxa100-bert-v1.0")
+    mlperf["rows"] = [nvidia | {"stack": PADDED, "padding": "removed"}, nvidia | {"id": "padded", "stack": PADDED}]
+    (tmp_path / "mlperf.yaml").write_text(yaml.safe_dump(mlperf))
+    outcomes = run_mlperf(Library([tmp_path]), str(tmp_path / "mlperf.yaml")).rows
+    assert outcomes[0].predicted_minutes < outcomes[1].predicted_minutes / 1.8
