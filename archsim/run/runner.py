@@ -177,10 +177,10 @@ def build(request: RunRequest, library: Library) -> BuiltRun:
 
 
 def check_padding(request: RunRequest, trace: Trace) -> None:
-    """Refuse (one line) ``--padding removed`` where no padding could be removed.
+    """Refuse (one line) ``--padding removed`` or ``packed`` where no padding could be left out.
 
-    A stack that removes padding computes the padded length where its data set publishes no mean (its
-    other runs are unchanged); asked for by name, the removal must take place.
+    A stack that leaves padding out computes the padded length where its data set publishes no mean
+    (its other runs are unchanged); asked for by name, it must take place.
     """
     if request.padding not in (None, Padding.KEPT) and "padding" not in trace.meta:
         assert request.padding is not None

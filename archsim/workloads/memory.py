@@ -242,7 +242,9 @@ def finish_trace(
     meta = dict(graph.meta)
     if Rewrite.NORM_ACT in rewrites:
         meta["fusion"] = Fusion.NORM_ACT.value
-    others = sorted(r.value for r in rewrites - {Rewrite.NORM_ACT, Rewrite.RECOMPUTE})
+    # a padding rewrite acts as the graph is built: meta["padding"] says where it did
+    built = {Rewrite.REMOVE_PADDING, Rewrite.PACK_SEQUENCES}
+    others = sorted(r.value for r in rewrites - {Rewrite.NORM_ACT, Rewrite.RECOMPUTE} - built)
     if others:
         meta["rewrites"] = ",".join(others)
     recompute = Recompute.NONE
