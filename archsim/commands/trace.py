@@ -18,7 +18,7 @@ from typing import Any
 
 from archsim.cli import HELP, add_trace_arguments, positive_int
 from archsim.errors import UsageError
-from archsim.run.request import stack_trace_options, trace_options
+from archsim.run.request import padding_choice, stack_trace_options, trace_options
 from archsim.spec.common import Precision
 from archsim.spec.library import Library
 from archsim.spec.model import Optimizer
@@ -26,6 +26,7 @@ from archsim.workloads import build_trace, write_trace
 from archsim.workloads.chakra import read_chakra, write_chakra
 from archsim.workloads.onnx_import import DEFAULT_OPTIMIZER, import_onnx
 from archsim.workloads.options import TraceOptions
+from archsim.workloads.padding import check_left_out
 from archsim.workloads.sources import is_chakra, is_onnx
 from archsim.workloads.trace import Mode, Trace
 
@@ -103,6 +104,7 @@ def import_trace(args: argparse.Namespace) -> int:
             )
     else:
         raise UsageError(args.source, "", "expected an ONNX model (.onnx) or a Chakra ET (.et, .chakra)")
+    check_left_out(padding_choice(args.padding), trace, args.source)
     _write(args.out, write_trace, trace)
     print(f"wrote {trace.name} ({trace.mode.value}, batch {trace.batch}, {len(trace.ops)} ops) to {args.out}")
     return 0
@@ -119,6 +121,7 @@ def export_trace(args: argparse.Namespace) -> int:
         args.seq_len,
         _options(args, Mode(args.mode), Precision(args.precision)),
     )
+    check_left_out(padding_choice(args.padding), trace, args.workload)
     _write(args.out, write_chakra, trace)
     print(f"wrote {trace.name} ({trace.mode.value}, batch {trace.batch}, {len(trace.ops)} nodes) to {args.out}")
     return 0

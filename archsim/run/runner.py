@@ -32,7 +32,8 @@ from archsim.spec.software import SoftwareSpec
 from archsim.stack import planned_software, stack_options
 from archsim.workloads import build_trace, microbatch_trace
 from archsim.workloads.memory import trace_recompute, update_only_bytes
-from archsim.workloads.options import Padding, Recompute
+from archsim.workloads.options import Recompute
+from archsim.workloads.padding import check_left_out
 from archsim.workloads.rebuild import Rebuilder
 from archsim.workloads.trace import Mode, Trace
 
@@ -172,23 +173,8 @@ def build(request: RunRequest, library: Library) -> BuiltRun:
         )
         trace = default_batch_trace(chip, request.streaming, trace, request.batch, rebuild)
     check_trace_ops(len(trace.ops), trace.name)
-    check_padding(request, trace)
+    check_left_out(request.padding, trace, request.workload)
     return BuiltRun(request, target, trace, microbatches, options, rebuild if "model" in trace.meta else None)
-
-
-def check_padding(request: RunRequest, trace: Trace) -> None:
-    """Refuse (one line) ``--padding removed`` or ``packed`` where no padding could be left out.
-
-    A stack that leaves padding out computes the padded length where its data set publishes no mean
-    (its other runs are unchanged); asked for by name, it must take place.
-    """
-    if request.padding not in (None, Padding.KEPT) and "padding" not in trace.meta:
-        assert request.padding is not None
-        problem = (
-            f"{request.padding.value}: no published mean sequence length for this run; padding is left out of "
-            "training runs whose convergence data give dataset.mean_tokens at their --seq-len (bert-large at 512)"
-        )
-        raise UsageError(request.workload, "--padding", problem)
 
 
 def check_zero(request: RunRequest, target: Target) -> None:

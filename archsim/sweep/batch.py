@@ -33,7 +33,7 @@ from archsim.models.energy import chip_energy
 from archsim.models.plugins import has_op_costs
 from archsim.results.power import TECHNOLOGY, dram_bit_j
 from archsim.run.request import RunRequest
-from archsim.run.runner import check_padding, default_batch_trace
+from archsim.run.runner import default_batch_trace
 from archsim.spec.chip import ChipSpec
 from archsim.spec.efficiency import Efficiency
 from archsim.spec.library import Library
@@ -46,6 +46,7 @@ from archsim.sweep.expand import Configuration, Task, run_arguments, si_value, v
 from archsim.sweep.worker import SweepContext, design_columns, result_columns, run_chunk, worker_library
 from archsim.uncertainty import error_bars
 from archsim.workloads import build_trace
+from archsim.workloads.padding import check_left_out
 from archsim.workloads.rebuild import Rebuilder
 from archsim.workloads.trace import Trace
 
@@ -165,7 +166,7 @@ def _prepare(library: Library, task: Task, arguments: dict[str, Any], traces: _T
         )
         seq_len = request.trace_seq_len
         first = traces.get(library, workload, request.mode, request.batch, run_precision, seq_len, options)
-        check_padding(request, first)
+        check_left_out(request.padding, first, workload)
         rebuild = Rebuilder(workload, library, request.mode, run_precision, seq_len, options)
         software = stack if request.software is not None else default_software(library, chip, is_kernel(first))
         planned = traces.plans[key] = (first, rebuild, software)

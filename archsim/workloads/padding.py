@@ -22,12 +22,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from archsim.errors import LookupFailed
+from archsim.errors import LookupFailed, UsageError
 from archsim.spec.library import Library
 from archsim.spec.model import ModelSpec
 from archsim.spec.software import Rewrite
-from archsim.workloads.options import TraceOptions
-from archsim.workloads.trace import Mode
+from archsim.workloads.options import Padding, TraceOptions
+from archsim.workloads.trace import Mode, Trace
 
 
 @dataclass(frozen=True)
@@ -65,3 +65,18 @@ def unpadded(
     length = spec.bert.default_seq_len if seq_len is None else seq_len
     tokens = data.dataset.mean_tokens
     return None if tokens is None or data.seq_len != length else Unpadded(tokens, packed)
+
+
+def check_left_out(padding: Padding | None, trace: Trace, source: str) -> None:
+    """Refuse (one line) ``--padding removed`` or ``packed`` where ``trace`` computed its padding.
+
+    A stack that leaves padding out computes the padded length where its data set publishes no mean
+    (its other runs are unchanged); asked for by name, it must take place.
+    """
+    if padding in (Padding.REMOVED, Padding.PACKED) and "padding" not in trace.meta:
+        assert padding is not None
+        problem = (
+            f"{padding.value}: no published mean sequence length for this run; padding is left out of "
+            "training runs whose convergence data give dataset.mean_tokens at their --seq-len (bert-large at 512)"
+        )
+        raise UsageError(source, "--padding", problem)

@@ -259,3 +259,18 @@ def test_a_validation_row_and_an_mlperf_row_may_name_their_padding(tmp_path: Pat
     (tmp_path / "mlperf.yaml").write_text(yaml.safe_dump(mlperf))
     outcomes = run_mlperf(Library([tmp_path]), str(tmp_path / "mlperf.yaml")).rows
     assert outcomes[0].predicted_minutes < outcomes[1].predicted_minutes / 1.8
+
+
+def test_trace_export_leaves_padding_out_or_refuses_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["trace", "export", "bert-large", "--batch", "4", "--seq-len", "512", "--padding", "packed"]
+    out = tmp_path / "packed.et"
+    assert main([*argv, "--mode", "train", "--out", str(out)]) == 0
+    assert out.exists()
+    capsys.readouterr()
+    refused = tmp_path / "refused.et"
+    assert main([*argv, "--mode", "infer", "--out", str(refused)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--padding: packed: no published mean sequence length" in err[0]
+    assert not refused.exists()
