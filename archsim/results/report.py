@@ -171,6 +171,7 @@ def run_summary(result: RunResult) -> list[tuple[str, str, Cell]]:
         ("batch", "batch", number(result.batch, result.batch_scope())),
         ("precision", "precision", word(result.precision)),
         ("seq_len", "sequence length", number(result.seq_len, str(result.seq_len))),
+        *_padding_rows(result),
         ("num_chips", "chips", number(result.num_chips, str(result.num_chips))),
         ("step_time_s", "step time", number(result.step_time_s, format_time(result.step_time_s))),
         ("ops_time_s", "op time", number(result.ops_time_s, format_time(result.ops_time_s))),
@@ -240,6 +241,20 @@ def _training_summary(result: RunResult) -> list[tuple[str, str, Cell]]:
             ),
         ]
     return rows
+
+
+def _padding_rows(result: RunResult) -> list[tuple[str, str, Cell]]:
+    """How the sequences' padding was left out, where it was (:mod:`archsim.workloads.padding`)."""
+    if result.padding is None or result.tokens_per_sequence is None:
+        return []
+    return [
+        ("padding", "padding", word(result.padding)),
+        (
+            "tokens_per_sequence",
+            "real tokens per sequence",
+            number(result.tokens_per_sequence, str(result.tokens_per_sequence)),
+        ),
+    ]
 
 
 def _power_text(result: RunResult) -> str:

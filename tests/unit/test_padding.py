@@ -274,3 +274,15 @@ def test_trace_export_leaves_padding_out_or_refuses_in_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--padding: packed: no published mean sequence length" in err[0]
     assert not refused.exists()
+
+
+def test_the_html_report_says_how_the_padding_was_left_out() -> None:
+    from archsim import plots
+
+    library = Library(builtin_roots())
+    packed = simulate("a100", "bert-large", "train", 4, seq_len=512, padding="packed", library=library)
+    page = plots.run_report(packed, library)
+    assert '<tr data-field="padding"><th>padding</th><td data-value="&quot;packed&quot;">packed</td></tr>' in page
+    assert '<tr data-field="tokens_per_sequence"><th>real tokens per sequence</th>' in page
+    kept = simulate("a100", "bert-large", "train", 4, seq_len=512, library=library)
+    assert 'data-field="padding"' not in plots.run_report(kept, library)
