@@ -58,7 +58,7 @@ class Dataset(Spec):
     """Bytes of one decoded, augmented sample as the chip receives it from a host-side decoder."""
     mean_tokens: Count | None = None
     """Token data sets: mean real (not padding) tokens of one sequence at the convergence data's
-    ``seq_len``; what a stack that removes padding (``remove-padding``) computes per sequence."""
+    ``seq_len``; what a stack that leaves padding out computes per sequence (:mod:`archsim.workloads.padding`)."""
 
     @model_validator(mode="after")
     def _image_bytes(self) -> Dataset:

@@ -9,7 +9,7 @@ and ``--padding`` asks for either by name (:class:`~archsim.workloads.options.Pa
 * ``pack-sequences`` (Graphcore's and Habana's packed BERT, Krell et al. 2021): whole sequences are
   packed into packs of ``seq_len`` tokens and each pack is computed as one padded sequence would be,
   attention over the whole pack; a step of ``B`` sequences computes ``ceil(B x mean_tokens /
-  seq_len)`` packs (packs filled to the brim: the paper's packing leaves a fraction of a percent).
+  seq_len)`` packs (packs assumed full: an upper bound on how well the sequences pack).
 
 Either way the step still counts ``B`` sequences of ``seq_len`` (throughput, global batch, time to
 train); the trace's meta says what was computed (``padding``, ``tokens_per_sequence``). The mean is
