@@ -50,10 +50,16 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[SESSION_FOLDER_ENV] = str(Path(config.option.basetemp).parent)
 
 
-SCHEDULED_FIRST = (
-    "tests/unit/test_notebooks.py",
+TORCH_FILES = (
     "tests/unit/test_workloads_onnx_llm.py",
     "tests/unit/test_workloads_llm_import.py",
+    "tests/unit/test_workloads_torch.py",
+)
+"""The files that import PyTorch (when their tests run, never when they are collected): one work unit."""
+
+SCHEDULED_FIRST = (
+    *TORCH_FILES,
+    "tests/unit/test_notebooks.py",
     "tests/unit/test_baseline_cli.py",
     "tests/unit/test_report_browser.py",
 )
@@ -61,9 +67,31 @@ SCHEDULED_FIRST = (
 
 pytest-xdist (``--dist loadfile --no-loadscope-reorder``, ``addopts``) gives each worker a whole file
 at a time in the order below: long files first, then the rest by their number of tests, so that the
-workers finish together instead of one running a long file alone at the end. The notebooks run before
+workers finish together instead of one running a long file alone at the end. The :data:`TORCH_FILES`
+go together to one worker (:func:`pytest_xdist_make_scheduler`), the notebooks to the other, before
 the browser test, which then reads the executed copies (:func:`tests.notebooks.execute`).
 """
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """With ``--dist loadfile``, hand the :data:`TORCH_FILES` out as one unit, so that one worker runs them all.
+
+    Importing PyTorch and ONNX Script took some 3.5 s of each worker's start (a third of collecting the
+    suite): the test files now import them only when their tests run
+    (:func:`tests.llm_configs.skip_without`), so the other worker never does.
+    Any other ``--dist`` keeps pytest-xdist's own scheduler.
+    """
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class TorchTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return TORCH_FILES[0] if scope in TORCH_FILES else scope
+
+    return TorchTogether(config, log)  # type: ignore[arg-type]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -6,62 +6,20 @@ embeddings); :class:`Llama` is Llama style (RMSNorm written out with ``pow``/``m
 embeddings with ``cos``/``sin``/``cat``/``neg`` and slices, grouped-query attention, SwiGLU), optionally
 with a mixture of experts routed by ``softmax``/``topk`` with per-expert linears. ``past`` keys and
 values (``cat`` with the new token's, then ``select``/slices) make either a KV-cache decode step.
-:func:`decoder_yaml` writes the matching ``kind: model`` description. Only shapes matter: weights
-stay random and nothing is trained.
+Their :class:`~tests.llm_configs.Config` and the matching ``kind: model`` description
+(:func:`~tests.llm_configs.decoder_yaml`) are in :mod:`tests.llm_configs`, which does not import torch.
+Only shapes matter: weights stay random and nothing is trained.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from pathlib import Path
 
 import torch
-import yaml
 from torch import nn
 from torch.nn import functional
 
-
-@dataclass(frozen=True)
-class Config:
-    """Hyperparameters shared by the torch modules and the ``decoder`` YAML built from them."""
-
-    layers: int = 2
-    hidden: int = 256
-    heads: int = 4
-    kv_heads: int = 4
-    ffn: int = 1024
-    vocab: int = 512
-    max_position: int = 256
-    llama: bool = False
-    sdpa: bool = False
-    experts: int = 0
-    top_k: int = 2
-
-    @property
-    def head(self) -> int:
-        """Size of one attention head."""
-        return self.hidden // self.heads
-
-
-def decoder_yaml(cfg: Config, folder: Path, name: str) -> str:
-    """Write ``folder/NAME.yaml``, the built-in ``decoder`` description of ``cfg``; returns ``name``."""
-    decoder: dict[str, object] = {
-        "layers": cfg.layers, "hidden": cfg.hidden, "heads": cfg.heads, "kv_heads": cfg.kv_heads,
-        "ffn": cfg.ffn, "activation": "swiglu" if cfg.llama else "gelu",
-        "norm": "rmsnorm" if cfg.llama else "layernorm", "positions": "rotary" if cfg.llama else "learned",
-        "bias": not cfg.llama, "dropout": False, "vocab": cfg.vocab, "tied_embeddings": not cfg.llama,
-        "max_position": cfg.max_position, "default_seq_len": cfg.max_position,
-    }  # fmt: skip
-    if cfg.experts:
-        decoder["moe"] = {"experts": cfg.experts, "top_k": cfg.top_k, "capacity_factor": None}
-    data = {
-        "schema_version": 1, "kind": "model", "name": name, "description": "a torch test module",
-        "architecture": "decoder", "default_batch": {"train": 1, "infer": 1}, "optimizer": "adam",
-        "decoder": decoder, "sources": {"decoder": "tests/llm_modules.py (the torch module it describes)"},
-    }  # fmt: skip
-    (folder / f"{name}.yaml").write_text(yaml.safe_dump(data))
-    return name
+from tests.llm_configs import Config
 
 
 class RmsNorm(nn.Module):

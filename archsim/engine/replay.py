@@ -102,23 +102,25 @@ def schedule_ops(
     waits for before it may start (the multi-chip engine makes the optimizer update wait for the
     gradient all-reduce this way); without them the schedule is exactly :func:`replay`'s.
     """
-    import simpy  # the multi-chip engine's; a one-chip replay (list_schedule) never loads SimPy
+    from archsim.engine.network import LinkSlot  # loads SimPy: the multi-chip engine's, never list_schedule's
 
-    shared = simpy.Resource(env, capacity=1)
-    units = {unit: simpy.Resource(env, capacity=1) for unit in Unit} if separate_units else {}
+    # a unit is held as a link is: one op at a time, first come first served (simpy.Resource's events)
+    shared = LinkSlot(env)
+    units = {unit: LinkSlot(env) for unit in Unit} if separate_units else {}
     finished = [env.event() for _ in ops]
     issued = [env.event() for _ in ops]
     previous_on_unit: dict[Unit, int] = {}
     timings: list[OpTiming | None] = [None] * len(ops)
 
-    def run_op(index: int, waits: list[simpy.Event], resource: simpy.Resource) -> simpy.events.ProcessGenerator:
+    def run_op(index: int, waits: list[simpy.Event], resource: LinkSlot) -> simpy.events.ProcessGenerator:
         if waits:
             yield env.all_of(waits)
-        with resource.request() as request:
-            yield request
-            issued[index].succeed()
-            start = env.now
-            yield env.timeout(costs[index].time_s)
+        request = resource.request()
+        yield request
+        issued[index].succeed()
+        start = env.now
+        yield env.timeout(costs[index].time_s)
+        resource.release(request)
         timings[index] = OpTiming(start, env.now, costs[index])
         finished[index].succeed()
 

@@ -9,15 +9,10 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-
-if os.environ.get("ARCHSIM_REQUIRE_TORCH") == "1":
-    import torch  # CI installs PyTorch's CPU build: these tests must run there, never skip
-else:
-    torch = pytest.importorskip("torch")
 
 from archsim.cli import main
 from archsim.errors import SpecError
@@ -27,7 +22,12 @@ from archsim.workloads import build_trace, from_torch, write_trace
 from archsim.workloads.decoder import matrix_flops
 from archsim.workloads.options import TraceOptions
 from archsim.workloads.trace import Gemm, Mode, OpKind, Trace
-from tests.llm_modules import Config, Decoder, decoder_yaml, past_cache
+from tests.llm_configs import Config, decoder_yaml, skip_without
+
+if TYPE_CHECKING:
+    import torch
+
+skip_without("torch")  # CI installs PyTorch's CPU build (ARCHSIM_REQUIRE_TORCH=1): there it must run, never skip
 
 BATCH, SEQ = 2, 32
 GPT2 = Config()
@@ -51,6 +51,8 @@ def builtin(tmp_path: Path, cfg: Config, mode: Mode, seq: int = SEQ, gen: int | 
 
 
 def ids(seq: int = SEQ) -> torch.Tensor:
+    import torch
+
     return torch.zeros(BATCH, seq, dtype=torch.long)
 
 
@@ -62,6 +64,8 @@ def imported(cfg: Config, mode: Mode = Mode.INFER) -> Trace:
 
 @functools.cache
 def _imported(cfg: Config, mode: Mode) -> Trace:
+    from tests.llm_modules import Decoder
+
     return from_torch(Decoder(cfg), (ids(),), mode=mode)
 
 
@@ -103,6 +107,8 @@ def test_grouped_query_attention_shares_keys(tmp_path: Path) -> None:
 
 
 def test_rms_norm_is_one_norm_op(tmp_path: Path) -> None:
+    import torch
+
     trace = imported(LLAMA)
     norms = [op for op in trace.ops if op.kind is OpKind.LAYERNORM]
     assert [op.flops for op in norms] == [4 * BATCH * SEQ * LLAMA.hidden] * (2 * LLAMA.layers + 1)
@@ -124,6 +130,8 @@ def test_rms_norm_is_one_norm_op(tmp_path: Path) -> None:
 @pytest.mark.parametrize("cfg", [GPT2, LLAMA, LLAMA_SDPA], ids=["gpt2", "llama", "llama-sdpa"])
 def test_kv_cache_decode_step_is_the_builtin_decode(tmp_path: Path, cfg: Config) -> None:
     """One token attending to a cache of ``c - 1`` tokens and itself: the built-in decode step at context c."""
+    from tests.llm_modules import Decoder, past_cache
+
     prompt, gen = 24, 7
     context = prompt + (gen + 1) // 2
     ref = builtin(tmp_path, cfg, Mode.DECODE, prompt, gen)
@@ -148,6 +156,8 @@ def test_moe_routing_is_the_builtins(tmp_path: Path) -> None:
 
 
 def test_unsupported_ops_are_named_with_counts() -> None:
+    import torch
+
     class Odd(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return torch.cumsum(x, 0) + torch.cumsum(x, 1)
@@ -168,6 +178,8 @@ def test_an_imported_decoder_runs_from_the_cli(tmp_path: Path, capsys: pytest.Ca
 
 
 def test_attention_with_a_mask_input_reads_it() -> None:
+    import torch
+
     class Masked(torch.nn.Module):
         def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
             return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
@@ -181,6 +193,7 @@ def test_attention_with_a_mask_input_reads_it() -> None:
 
 def test_data_dependent_routing_is_refused_in_one_line() -> None:
     """MoE written as a loop over experts with ``where(chosen == e)`` has shapes known only at run time."""
+    import torch
 
     class LoopMoe(torch.nn.Module):
         def __init__(self) -> None:

@@ -8,18 +8,9 @@ Skipped without PyTorch, ONNX or onnxscript unless ``ARCHSIM_REQUIRE_TORCH=1``.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
-
-if os.environ.get("ARCHSIM_REQUIRE_TORCH") == "1":
-    import onnxscript  # noqa: F401 - the exporter needs it; CI installs it with the test extras
-    import torch
-else:
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("onnxscript")
-pytest.importorskip("onnx")
 
 from archsim.cli import main
 from archsim.spec.common import Precision
@@ -28,7 +19,10 @@ from archsim.workloads import build_trace
 from archsim.workloads.onnx_import import import_onnx
 from archsim.workloads.options import TraceOptions
 from archsim.workloads.trace import Mode, OpKind, Trace
-from tests.llm_modules import Config, Decoder, decoder_yaml, past_cache
+from tests.llm_configs import Config, decoder_yaml, skip_without
+
+# the exporter needs onnxscript; CI installs both with the test extras (ARCHSIM_REQUIRE_TORCH=1): never skipped there
+skip_without("torch", "onnxscript", "onnx")
 
 BATCH, SEQ = 2, 32
 GPT2 = Config()
@@ -41,6 +35,11 @@ def export(cfg: Config, path: Path, dynamic: bool, past: int = 0, opset: int | N
     """``cfg``'s module as ONNX; ``dynamic``: batch and sequence symbolic (bound at import); ``past``:
     a one-token step with a KV cache of that many tokens; ``opset`` 23 writes Attention and
     RMSNormalization nodes."""
+    import onnxscript  # noqa: F401 - the exporter's, named here so that its absence fails plainly
+    import torch
+
+    from tests.llm_modules import Decoder, past_cache
+
     module = Decoder(cfg).eval()
     with torch.no_grad():  # distinct values, or the exporter shares equal initializers (norm gains of 1)
         for param in module.parameters():

@@ -5,34 +5,41 @@ Skipped without PyTorch, unless ``ARCHSIM_REQUIRE_TORCH=1`` (set by CI), where a
 
 from __future__ import annotations
 
-import os
-
-import pytest
-
-if os.environ.get("ARCHSIM_REQUIRE_TORCH") == "1":
-    import torch  # CI installs PyTorch's CPU build: these tests must run there, never skip
-else:
-    torch = pytest.importorskip("torch")
+from typing import TYPE_CHECKING
 
 from archsim.workloads import from_torch
 from archsim.workloads.trace import Mode, OpKind
+from tests.llm_configs import skip_without
+
+if TYPE_CHECKING:
+    import torch
+
+skip_without("torch")  # CI installs PyTorch's CPU build (ARCHSIM_REQUIRE_TORCH=1): there it must run, never skip
 
 
-class _Net(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 16, 3, padding=1, bias=False)
-        self.bn = torch.nn.BatchNorm2d(16)
-        self.fc = torch.nn.Linear(16, 10)
+def cnn() -> torch.nn.Module:
+    """Conv, batch norm, ReLU, pooling and a linear layer (torch is imported by the test that runs it)."""
+    import torch
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.relu(self.bn(self.conv(x)))
-        y = torch.nn.functional.adaptive_avg_pool2d(y, 1).flatten(1)
-        return self.fc(y)
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 16, 3, padding=1, bias=False)
+            self.bn = torch.nn.BatchNorm2d(16)
+            self.fc = torch.nn.Linear(16, 10)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = torch.relu(self.bn(self.conv(x)))
+            y = torch.nn.functional.adaptive_avg_pool2d(y, 1).flatten(1)
+            return self.fc(y)
+
+    return Net()
 
 
 def test_cnn_flops_and_parameters() -> None:
-    trace = from_torch(_Net(), (torch.zeros(4, 3, 8, 8),))
+    import torch
+
+    trace = from_torch(cnn(), (torch.zeros(4, 3, 8, 8),))
     conv = next(op for op in trace.ops if op.kind is OpKind.CONV)
     assert conv.flops == 2 * 4 * 8 * 8 * 16 * 3 * 9
     fc = [op for op in trace.ops if op.kind is OpKind.MATMUL]
@@ -42,13 +49,17 @@ def test_cnn_flops_and_parameters() -> None:
 
 
 def test_training_trace_has_backward_and_update() -> None:
-    trace = from_torch(_Net(), (torch.zeros(2, 3, 8, 8),), mode=Mode.TRAIN)
+    import torch
+
+    trace = from_torch(cnn(), (torch.zeros(2, 3, 8, 8),), mode=Mode.TRAIN)
     assert trace.ops[-1].kind is OpKind.OPTIMIZER
     assert any(op.name.endswith(".bwd_weight") for op in trace.ops)
     trace.check()
 
 
 def test_training_dropout_writes_a_mask_and_inference_drops_it() -> None:
+    import torch
+
     module = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.1))
     trained = from_torch(module, (torch.zeros(2, 8),), mode=Mode.TRAIN)
     (dropout,) = [op for op in trained.ops if op.name == "native_dropout"]
