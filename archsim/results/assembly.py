@@ -34,10 +34,10 @@ def throughput_unit(trace: Trace) -> str:
     return f"{sample}s/s"
 
 
-def sequence_tokens(trace: Trace) -> int | None:
-    """Real tokens per sequence of ``trace`` where its padding was left out (None: computed padded)."""
+def padding_fields(trace: Trace) -> dict[str, Any]:
+    """``padding`` and ``tokens_per_sequence``: how ``trace`` left its sequences' padding out (None: padded)."""
     tokens = trace.meta.get("tokens_per_sequence")
-    return None if tokens is None else int(tokens)
+    return {"padding": trace.meta.get("padding"), "tokens_per_sequence": None if tokens is None else int(tokens)}
 
 
 def input_wait(samples: int, busy_s: float, input_samples_per_s: float | None) -> float:
@@ -138,8 +138,7 @@ def build_result(
         batch=trace.batch,
         precision=trace.precision.value,
         seq_len=trace.seq_len,
-        padding=trace.meta.get("padding"),
-        tokens_per_sequence=sequence_tokens(trace),
+        **padding_fields(trace),
         num_chips=num_chips,
         step_time_s=step_time_s,
         throughput=throughput,
@@ -238,8 +237,7 @@ def build_system_result(
         batch=batch,
         precision=trace.precision.value,
         seq_len=trace.seq_len,
-        padding=trace.meta.get("padding"),
-        tokens_per_sequence=sequence_tokens(trace),
+        **padding_fields(trace),
         num_chips=num_chips,
         step_time_s=step_time_s,
         throughput=throughput,

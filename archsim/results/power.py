@@ -75,14 +75,18 @@ def throttled(
     return limit, {part: joules * volts if part in CORE_PARTS else joules for part, joules in parts.items()}
 
 
-def _per_token(result: RunResult, per_sample_j: float) -> float | None:
-    """Energy per token: per sample where a token is the sample (a decode step), else per computed token.
+def energy_per_token(
+    per_sample_j: float, throughput_unit: str, seq_len: int | None, tokens_per_sequence: int | None
+) -> float | None:
+    """Energy per token: per sample where a token is the sample (``tokens/s``), else per token of a sequence.
 
-    A sequence's tokens are its real ``tokens_per_sequence`` where its padding was left out, else ``seq_len``.
+    None without sequences. A sequence's tokens are its real ``tokens_per_sequence`` where its padding
+    was left out, else ``seq_len``. Both the event path (:func:`with_energy`) and the batch path
+    (:mod:`archsim.sweep.batch_eval`) use it.
     """
-    if result.throughput_unit == "tokens/s":
+    if throughput_unit == "tokens/s":
         return per_sample_j
-    tokens = result.tokens_per_sequence or result.seq_len
+    tokens = tokens_per_sequence or seq_len
     return per_sample_j / tokens if tokens else None
 
 
@@ -152,7 +156,9 @@ def with_energy(
         normalized=Normalized.of(throughput / chips, chip, power_w, energy.area_mm2),
         energy_j=energy_j,
         energy_per_sample_j=per_sample,
-        energy_per_token_j=_per_token(result, per_sample),
+        energy_per_token_j=energy_per_token(
+            per_sample, result.throughput_unit, result.seq_len, result.tokens_per_sequence
+        ),
         energy_breakdown_j={part: joules * chips for part, joules in per_chip.items()},
         power_w=power_w,
         peak_power_w=max(peak_dynamic + energy.static_w, power_w),

@@ -37,11 +37,11 @@ from archsim.results.assembly import (
     generation_fields,
     input_wait,
     memory_fields,
-    sequence_tokens,
+    padding_fields,
     throughput_unit,
     tokens_per_sample,
 )
-from archsim.results.power import throttled
+from archsim.results.power import energy_per_token, throttled
 from archsim.results.records import Normalized, RunResult
 from archsim.spec.chip import ChipSpec
 from archsim.spec.efficiency import Efficiency
@@ -240,8 +240,7 @@ class _Run:
         per_sample = energy_j / (trace.batch or trace.batch * 1)
         throughput = self.throughput * limit.clock_scale
         unit = throughput_unit(trace)
-        tokens = sequence_tokens(trace) or trace.seq_len
-        per_token = per_sample if unit == "tokens/s" else (per_sample / tokens if tokens else None)
+        padding = padding_fields(trace)
         generation = generation_fields(trace, throughput, step_time_s)  # at the throttled clock, as the event path
         return RunResult(
             software=self.group.software,
@@ -268,13 +267,12 @@ class _Run:
             global_batch=trace.batch,
             single_chip_throughput=self.throughput / 1 * limit.clock_scale,
             throughput_unit=unit,
-            padding=trace.meta.get("padding"),
-            tokens_per_sequence=sequence_tokens(trace),
+            **padding,
             chip_not_published=chip.not_published(),
             layers=(),
             energy_j=energy_j,
             energy_per_sample_j=per_sample,
-            energy_per_token_j=per_token,
+            energy_per_token_j=energy_per_token(per_sample, unit, trace.seq_len, padding["tokens_per_sequence"]),
             energy_breakdown_j={part: joules * 1 for part, joules in per_part.items()},
             power_w=power_w,
             peak_power_w=max(peak_dynamic_w + energy.static_w, power_w),
