@@ -268,12 +268,6 @@ class RunRequest:
         """The sequence length the trace is built with: the prompt's when generating, else ``seq_len``."""
         return self.prompt_len if self.mode.is_generation else self.seq_len
 
-    @property
-    def explicit_options(self) -> TraceOptions:
-        """The trace options asked explicitly, without a software stack's rewrites."""
-        recompute = Recompute.NONE if self.recompute is None else self.recompute
-        return TraceOptions(self.fusion or Fusion.NONE, recompute, gen_len=self.gen_len)
-
     @classmethod
     def of(
         cls,
