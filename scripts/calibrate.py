@@ -30,6 +30,7 @@ from archsim.spec.validation import Group
 from archsim.validation.calibrate import Fit, fit_family, format_value, write_family
 from archsim.validation.calibrate_software import SoftwareFit, fit_software, write_software
 from archsim.validation.crossval import Plan, grouped, held_out_errors
+from archsim.validation.run import calibration_table
 from archsim.validation.uncertainty_table import coverage, write_table
 
 PLAN = {
@@ -98,6 +99,11 @@ def main() -> int:
     )
     args = parser.parse_args()
     library = Library(use_env=False)
+    try:
+        table = calibration_table(library, args.table)
+    except ValueError as error:
+        print(f"calibrate: {error}", file=sys.stderr)
+        return 2
     if args.uncertainty:
         return uncertainty(library, args)
     if args.software:
@@ -120,7 +126,6 @@ def main() -> int:
             write_software(path, sfit, args.table)
             print(f"wrote {path}")
         return 0
-    table = library.validation(args.table)
     present = {library.chip(_chip_of(library, r.target)).family for r in table.rows}
     families = list(args.family) if args.family else sorted(present)
     for family in families:

@@ -54,7 +54,8 @@ def group_errors(report: ValidationReport, library: Library) -> list[dict[str, o
     """MAPE per family, software and level: in-sample from this run, cross-validated from the error table.
 
     The cross-validated figure is the one ``scripts/calibrate.py --uncertainty`` measured (None where
-    it measured none: the collective rows, and any table but the one it was run on).
+    it measured none: the collective rows, and any table but the one it was run on). A held-out table's
+    errors are ``held_out`` (nothing was fitted to its rows), its ``in_sample`` None.
     """
     table = error_table(library)
     stored: dict[tuple[str, str, str], float] = {}
@@ -74,24 +75,27 @@ def group_errors(report: ValidationReport, library: Library) -> list[dict[str, o
             "software": software,
             "level": level,
             "rows": len(errors),
-            "in_sample": sum(errors) / len(errors),
+            "in_sample": None if report.held_out else sum(errors) / len(errors),
+            "held_out": sum(errors) / len(errors) if report.held_out else None,
             "cross_validated": stored.get((family, software, level)),
         }
         for (family, software, level), errors in sorted(groups.items())
     ]
 
 
-def group_lines(groups: list[dict[str, object]]) -> list[str]:
-    """The per family, software and level table of :func:`group_errors`."""
-    header = f"{'family':<11} {'software':<16} {'level':<9} {'rows':>4}  {'in-sample':>9}  {'cross-validated':>15}"
+def group_lines(groups: list[dict[str, object]], held_out: bool = False) -> list[str]:
+    """The per family, software and level table of :func:`group_errors` (a held-out table's: one error column)."""
+    head = f"{'family':<11} {'software':<16} {'level':<9} {'rows':>4}  "
+    header = head + (f"{'held-out error':>14}" if held_out else f"{'in-sample':>9}  {'cross-validated':>15}")
     lines = [header, "-" * len(header)]
     for g in groups:
+        row = f"{g['family']:<11} {g['software']:<16} {g['level']:<9} {g['rows']:>4}  "
+        if held_out:
+            lines.append(row + f"{100 * float(g['held_out']):>13.1f}%")  # type: ignore[arg-type]
+            continue
         held = g["cross_validated"]
         held_text = "n/a" if held is None else f"{100 * float(held):.1f}%"  # type: ignore[arg-type]
-        lines.append(
-            f"{g['family']:<11} {g['software']:<16} {g['level']:<9} {g['rows']:>4}  "
-            f"{100 * float(g['in_sample']):>8.1f}%  {held_text:>15}"  # type: ignore[arg-type]
-        )
+        lines.append(row + f"{100 * float(g['in_sample']):>8.1f}%  {held_text:>15}")  # type: ignore[arg-type]
     return lines
 
 
@@ -108,5 +112,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_dict() | {"groups": groups}, indent=1, allow_nan=False))
     else:
-        print("\n".join([*table_lines(report), "", *group_lines(groups)]))
+        print("\n".join([*table_lines(report), "", *group_lines(groups, report.held_out)]))
     return 0

@@ -186,6 +186,10 @@ class ValidationSpec(Spec):
     description: str
     tolerance: dict[Group, Fraction]
     rows: tuple[Row, ...]
+    held_out: bool = False
+    """True for published results outside the calibration files: nothing is fitted to them
+    (:func:`archsim.validation.run.calibration_table` refuses the table) and ``archsim validate``
+    reports their errors as held out, not in-sample."""
 
     @model_validator(mode="after")
     def _unique(self) -> ValidationSpec:

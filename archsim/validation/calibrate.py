@@ -29,7 +29,7 @@ from archsim.spec.efficiency import Efficiency
 from archsim.spec.family import required
 from archsim.spec.library import Library
 from archsim.spec.validation import Group, Level, ValidationSpec
-from archsim.validation.run import Prepared, ValidationReport, prepare, report_for
+from archsim.validation.run import Prepared, ValidationReport, calibration_table, prepare, report_for
 
 TIME_FIELDS = frozenset(
     name for name, field in Efficiency.model_fields.items() if Duration in typing.get_args(field.annotation)
@@ -119,7 +119,7 @@ def fit_family(
     values in the family file. A family may not fit more parameters than it has rows: with fewer
     rows the fit would be free to match every row exactly and say nothing about other runs.
     """
-    spec: ValidationSpec = library.validation(table)
+    spec: ValidationSpec = calibration_table(library, table)
     every = [prepare(row, library) for row in spec.rows if row.fit]
     # busbw rows time a collective library's call, which no family parameter changes
     rows = [p for p in every if p.family == family and p.built is not None]

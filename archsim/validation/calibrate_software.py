@@ -22,7 +22,7 @@ from archsim.spec.library import Library
 from archsim.spec.software import DISPATCH_FIELDS, SoftwareSpec
 from archsim.spec.validation import ValidationSpec
 from archsim.validation.calibrate import fit_and_cross_validate, format_value
-from archsim.validation.run import Prepared, ValidationReport, prepare, report_for, software_name
+from archsim.validation.run import Prepared, ValidationReport, calibration_table, prepare, report_for, software_name
 
 COMPUTE_PREFIX = "compute."
 """A parameter ``compute.PRECISION`` is the stack's matrix-kernel compute fraction at that precision."""
@@ -89,7 +89,7 @@ def fit_software(
     progress: Callable[[str], None] | None = None,
 ) -> SoftwareFit:
     """Fit ``parameters`` of stack ``name`` to the rows of ``table`` that run with it; cross-validate."""
-    spec_table: ValidationSpec = library.validation(table)
+    spec_table: ValidationSpec = calibration_table(library, table)
     stack = library.software(name)
     fields = [_field(p) for p in parameters]
     if len(set(fields)) != len(fields):

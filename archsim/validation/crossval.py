@@ -25,7 +25,7 @@ from archsim.spec.uncertainty import ANY
 from archsim.spec.validation import ValidationSpec
 from archsim.validation.calibrate import _decode, _encode, objective
 from archsim.validation.calibrate_software import _apply, _field, _values
-from archsim.validation.run import Prepared, prepare, report_for, software_name
+from archsim.validation.run import Prepared, calibration_table, prepare, report_for, software_name
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def held_out_errors(
     """Every row of the family but ``busbw`` rows and those marked ``fit: false``, with its errors."""
     from scipy.optimize import minimize  # imported here: only calibration needs scipy
 
-    spec: ValidationSpec = library.validation(table)
+    spec: ValidationSpec = calibration_table(library, table)
     rows = [
         p for p in (prepare(r, library) for r in spec.rows if r.fit) if p.family == plan.family and p.built is not None
     ]

@@ -74,6 +74,8 @@ class ValidationReport:
 
     name: str
     rows: tuple[RowResult, ...]
+    held_out: bool = False
+    """The table's rows are outside the calibration files (:attr:`ValidationSpec.held_out`)."""
 
     def mape(self, group: Group | Level | None = None, in_scope: bool = False) -> float | None:
         """Mean absolute percentage error (as a fraction) of a group, a level, or all rows; None if empty.
@@ -93,6 +95,7 @@ class ValidationReport:
         """JSON-ready form: rows in table order, then MAPE per group and overall."""
         return {
             "table": self.name,
+            "held_out": self.held_out,
             "rows": [
                 {
                     "id": r.row.id,
@@ -297,6 +300,14 @@ def _busbw(prepared: Prepared, library: Library) -> float:
     return result.busbw_bytes_per_s / 1e9
 
 
+def calibration_table(library: Library, table: str) -> ValidationSpec:
+    """Validation table ``table``, to fit or cross-validate parameters on; a held-out table is refused."""
+    spec: ValidationSpec = library.validation(table)
+    if spec.held_out:
+        raise ValueError(f"{table} is a held-out table (held_out: true): nothing may be fitted to it")
+    return spec
+
+
 def validate(
     library: Library,
     table: str = "published",
@@ -323,4 +334,4 @@ def report_for(
         predicted = predict(item, library, efficiencies, stacks)
         software = software_name(item, library)
         results.append(RowResult(item.row, predicted, spec.tolerance[item.row.group], item.family, software))
-    return ValidationReport(spec.name, tuple(results))
+    return ValidationReport(spec.name, tuple(results), spec.held_out)

@@ -16,7 +16,7 @@ from archsim.errors import LookupFailed
 from archsim.outfile import write_file
 from archsim.spec.library import Library
 from archsim.uncertainty import TABLE, workload_key
-from archsim.validation.run import prepare, software_name
+from archsim.validation.run import calibration_table, prepare, software_name
 
 HEADER = """\
 # Written by `python scripts/calibrate.py --uncertainty` (do not edit by hand): the mean absolute
@@ -29,7 +29,7 @@ HEADER = """\
 
 def coverage(library: Library, table: str) -> dict[str, dict[str, object]]:
     """Per family: the chips, stacks and workloads (with batch and sequence ranges) of its rows, and the most chips."""
-    spec = library.validation(table)
+    spec = calibration_table(library, table)
     found: dict[str, dict[str, object]] = {}
     workloads: dict[str, dict[str, dict[str, set[int]]]] = {}
     for row in spec.rows:
