@@ -43,7 +43,7 @@ def test_a_calibrated_run_carries_its_groups_cross_validated_error(library: Libr
     ("target", "workload", "arguments", "outside"),
     [
         ("tpu-v2", "resnet50", {"mode": "train", "batch": 128}, ("chip",)),
-        ("a100", "resnet50", {"mode": "train", "batch": 256, "software": "tensorflow-xla"}, ("software",)),
+        ("a100", "resnet50", {"mode": "train", "batch": 256, "software": "tensorflow"}, ("software",)),
         ("v100-32gb", "bert-large", {"mode": "train", "batch": 8, "seq_len": 384}, ("workload shape",)),
         ("gc200", "resnet50", {"mode": "train", "batch": 4}, ("workload shape",)),
         ("tpu-v3-pod", "resnet50", {"mode": "train", "batch": 8}, ("workload shape", "scale")),
