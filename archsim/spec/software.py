@@ -56,6 +56,10 @@ class Rewrite(enum.StrEnum):
     """Training on variable-length sequences: each sequence is computed at its real length, priced at
     the data set's mean (``dataset.mean_tokens`` of the workload's convergence data, at its sequence
     length; :mod:`archsim.workloads.padding`)."""
+    CHANNELS_FIRST = "channels-first"
+    """Convolutions on channels-first (NCHW) activations run on tensor cores, which read channels-last
+    (NHWC): cuDNN transposes each convolution's activation input before it and its output after it
+    (:mod:`archsim.workloads.rewrites`). A stack names the precisions at which it keeps NCHW."""
     PACK_SEQUENCES = "pack-sequences"
     """Training on variable-length sequences: whole sequences are packed into packs of the padded
     length, each pack computed as one sequence (:mod:`archsim.workloads.padding`)."""

@@ -17,6 +17,13 @@
    whatever its kind, under the same conditions as norm-act. In training a matrix op keeps no
    epilogue (its backward products follow from its shape alone), so there only non-matrix producers
    take element-wise consumers.
+5. ``channels-first``: each convolution reads its activation through a transpose to channels-last and
+   writes its output through a transpose back, two element-wise copies of no FLOPs (cuDNN's transpose
+   kernels around a tensor-core convolution of NCHW data: NVIDIA's tensor cores read NHWC, and a
+   framework that keeps NCHW pays a transpose before and after each convolution; PyTorch's
+   channels-last memory format exists to avoid them). Their backward ops transpose the gradients back,
+   as cuDNN does around the data- and weight-gradient convolutions. Applied last: they are kernels of
+   their own, inside the convolution's library call, which no framework fuses.
 
 ``recompute`` is applied by the training derivation (:mod:`archsim.workloads.training`).
 """
@@ -46,7 +53,60 @@ def apply_rewrites(graph: ForwardGraph, rewrites: frozenset[Rewrite], mode: Mode
         graph = fuse(graph, Fusion.NORM_ACT)
     if Rewrite.FUSE_ELEMENTWISE in rewrites:
         graph = fuse_epilogues(graph, None if mode is Mode.INFER else NON_MATRIX)
+    if Rewrite.CHANNELS_FIRST in rewrites:
+        graph = _channels_first(graph)
     return graph
+
+
+def _channels_first(graph: ForwardGraph) -> ForwardGraph:
+    """``graph`` with every convolution between a transpose of its input and one of its output."""
+    ops: list[Op] = []
+    rules: dict[int, BackwardRule] = {}
+    blocks: list[int] = []
+    core: set[int] = set()
+    position: list[int] = []  # per old op: the new index later ops depend on
+    for index, op in enumerate(graph.ops):
+        deps = tuple(sorted({position[d] for d in op.deps}))
+        block = graph.blocks[index] if graph.blocks else 0
+        source = _first_activation(op) if op.kind is OpKind.CONV else None
+        out = _output(op) if op.kind is OpKind.CONV else None
+        if source is None or out is None:
+            new = replace(op, deps=deps)
+            carried = [(new, graph.rules.get(index))]
+        else:
+            x = next(t for t in op.reads if t.name == source)
+            y = next(t for t in op.writes if t.name == out)
+            x_last, y_last = replace(x, name=f"{x.name}.nhwc"), replace(y, name=f"{y.name}.nhwc")
+            name, kind = f"{op.name}.nchw_to_nhwc", OpKind.ELEMENTWISE
+            before = replace(
+                op, name=name, kind=kind, flops=0, reads=(x,), writes=(x_last,), deps=deps, gemm=None, conv=None
+            )
+            start = len(ops)
+            reads = tuple(x_last if t.name == source else t for t in op.reads)
+            writes = tuple(y_last if t.name == out else t for t in op.writes)
+            conv = replace(op, reads=reads, writes=writes, deps=tuple(sorted({*deps, start})))
+            after = replace(before, name=f"{op.name}.nhwc_to_nchw", reads=(y_last,), writes=(y,), deps=(start + 1,))
+            copy = BackwardRule(saved=(), flops=0)  # the gradient's transpose back
+            carried = [(before, copy), (conv, graph.rules.get(index)), (after, copy)]
+        for new, rule in carried:
+            if rule is not None:
+                rules[len(ops)] = rule
+            if index in graph.core:
+                core.add(len(ops))
+            ops.append(new)
+            blocks.append(block)
+        position.append(len(ops) - 1)
+    loss = graph.loss
+    if loss is not None:
+        loss = replace(loss, deps=tuple(sorted({position[d] for d in loss.deps})))
+    return replace(
+        graph,
+        ops=tuple(ops),
+        rules=rules,
+        loss=loss,
+        blocks=tuple(blocks) if graph.blocks else (),
+        core=frozenset(core),
+    )
 
 
 def _readers(graph: ForwardGraph) -> dict[str, list[int]]:

@@ -76,3 +76,52 @@ def test_tensorrt_inference_is_faster_than_the_framework_on_the_same_chip() -> N
     engine = simulate("a100", "resnet50", batch=64, precision="int8", library=LIBRARY, software="tensorrt")
     assert engine.step_time_s < framework.step_time_s
     assert len(engine.layers) < len(framework.layers)
+
+
+def test_channels_first_transposes_each_convolution_in_and_out() -> None:
+    plain = build("resnet50", Mode.INFER)
+    nchw = build("resnet50", Mode.INFER, Rewrite.CHANNELS_FIRST)
+    convs = [op for op in plain.ops if op.kind is OpKind.CONV]
+    assert len(convs) == 53
+    assert len(nchw.ops) == len(plain.ops) + 2 * len(convs)
+    assert nchw.flops == plain.flops  # a transpose computes nothing
+    by_name = {op.name: op for op in nchw.ops}
+    for conv in convs:
+        before, after = by_name[f"{conv.name}.nchw_to_nhwc"], by_name[f"{conv.name}.nhwc_to_nchw"]
+        assert before.kind is after.kind is OpKind.ELEMENTWISE
+        assert before.flops == after.flops == 0
+        x, y = conv.reads[0], conv.writes[0]
+        assert [t.bytes for t in (*before.reads, *before.writes)] == [x.bytes, x.bytes]
+        assert [t.bytes for t in (*after.reads, *after.writes)] == [y.bytes, y.bytes]
+        # the convolution reads the transposed copy, its consumers the output transposed back
+        assert by_name[conv.name].reads[0].name == before.writes[0].name
+        assert after.writes[0].name == y.name
+        assert nchw.ops.index(before) < nchw.ops.index(by_name[conv.name]) < nchw.ops.index(after)
+
+
+def test_channels_first_transposes_the_gradients_too_and_leaves_transformers_alone() -> None:
+    nchw = build("resnet50", Mode.TRAIN, Rewrite.CHANNELS_FIRST)
+    transposes = [op for op in nchw.ops if ".nchw_to_nhwc" in op.name or ".nhwc_to_nchw" in op.name]
+    forward = [op for op in transposes if not op.phase.is_backward]
+    backward = [op for op in transposes if op.phase.is_backward]
+    assert len(forward) == 2 * 53
+    # every transpose's gradient is transposed back, but the image's: the input needs no gradient
+    assert len(backward) == 2 * 53 - 1 and "conv1.nchw_to_nhwc.bwd" not in {op.name for op in backward}
+    # every op keeps its FLOPs; a transposed gradient that meets another at a branch adds them up
+    flops = {op.name: op.flops for op in nchw.ops}
+    assert all(flops[op.name] == op.flops for op in build("resnet50", Mode.TRAIN).ops)
+    assert all(op.flops == 0 for op in forward)
+    bert = build("bert-base", Mode.TRAIN, Rewrite.CHANNELS_FIRST)
+    assert [op.name for op in bert.ops] == [op.name for op in build("bert-base", Mode.TRAIN).ops]
+
+
+def test_the_stacks_keep_nchw_at_tf32_only() -> None:
+    tf32 = simulate("a100", "resnet50", mode="train", batch=32, precision="tf32", library=LIBRARY, software="pytorch")
+    fp16 = simulate("a100", "resnet50", mode="train", batch=32, precision="fp16", library=LIBRARY, software="pytorch")
+    transposes = [layer for layer in tf32.layers if layer.name.endswith("nchw_to_nhwc")]
+    assert transposes and all(layer.flops == 0 for layer in transposes)
+    assert not any(layer.name.endswith("nchw_to_nhwc") for layer in fp16.layers)
+    for name in ("pytorch", "mxnet", "tensorflow-xla"):
+        stack = LIBRARY.software(name)
+        assert Rewrite.CHANNELS_FIRST in stack.rewrites_for("train", Precision.TF32)
+        assert Rewrite.CHANNELS_FIRST not in stack.rewrites_for("train", Precision.FP16)
