@@ -1,5 +1,10 @@
 """Shared fixtures: a cache folder of the session's own, the built-in library (environment ignored), and a
-run and a sweep to report on."""
+run and a sweep to report on.
+
+pandas and archsim's run path are imported by the fixtures that use them, not here: under pytest-xdist
+the controller loads this file too, before it starts the workers, and those imports (some 1.3 s) only
+delayed them. The workers import both while they collect the test modules.
+"""
 
 from __future__ import annotations
 
@@ -9,16 +14,19 @@ import shutil
 import tempfile
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import pytest
 import yaml
 
-from archsim import simulate
-from archsim.results.records import RunResult
 from archsim.spec.cache import CACHE_ENV
-from archsim.spec.library import Library
 from tests.notebooks import SESSION_FOLDER_ENV
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from archsim.results.records import RunResult
+    from archsim.spec.library import Library
 
 _CACHE_KEY = pytest.StashKey[tuple[str, str | None]]()
 
@@ -149,12 +157,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session")
 def library() -> Library:
     """The built-in library only, whatever ARCHSIM_PATH says."""
+    from archsim.spec.library import Library
+
     return Library(use_env=False)
 
 
 @pytest.fixture(scope="session")
 def multichip_run(library: Library) -> RunResult:
     """ResNet-50 training on two DGX-1 nodes (16 V100s): a run with communication to report on."""
+    from archsim import simulate
+
     return simulate("dgx1", "resnet50", mode="train", batch=16, nodes=2, library=library)
 
 
@@ -190,4 +202,6 @@ def report_sweep_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def report_sweep_table(report_sweep_dir: Path) -> pd.DataFrame:
     """The table of :data:`REPORT_SWEEP`."""
+    import pandas as pd
+
     return pd.read_parquet(report_sweep_dir / "results.parquet")

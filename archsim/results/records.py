@@ -361,5 +361,27 @@ def _plain(value: Any) -> Any:
 
 
 def to_json(result: RunResult) -> str:
-    """Deterministic JSON text of a result (same inputs, same bytes)."""
-    return json.dumps(result.to_dict(), indent=1, allow_nan=False)
+    """Deterministic JSON text of a result (same inputs, same bytes).
+
+    Byte for byte ``json.dumps(result.to_dict(), indent=1, allow_nan=False)``. With an indent,
+    :func:`json.dumps` takes its pure-Python encoder; the layers, most of the text (a Megatron run's
+    2.5 MB), are written by the C encoder instead, one flat dict at a time, then indented (that run's
+    text in 158 ms instead of 239, ``to_dict`` included). A layer's values are strings and numbers
+    (:class:`LayerRecord`), which both encoders write alike (``float.__repr__``, ``int.__repr__``,
+    ASCII-escaped strings), and a string's quotes are escaped, so ``, "`` in a layer's one-line text
+    only ever separates two fields.
+    """
+    data = result.to_dict()
+    layers = data["layers"]
+    if not layers:
+        return json.dumps(data, indent=1, allow_nan=False)
+    text = json.dumps({**data, "layers": []}, indent=1, allow_nan=False)
+    # the top-level "layers" line, found once: strings escape their newlines, nested keys are indented further
+    before, _, after = text.partition('\n "layers": []')
+    encode = _FLAT_ENCODER.encode
+    body = ",\n  ".join("{\n   " + encode(layer)[1:-1].replace(', "', ',\n   "') + "\n  }" for layer in layers)
+    return f'{before}\n "layers": [\n  {body}\n ]{after}'
+
+
+_FLAT_ENCODER = json.JSONEncoder(allow_nan=False)
+"""The C encoder (no indent), with ``json.dumps``'s separators ``", "`` and ``": "``."""

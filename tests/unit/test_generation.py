@@ -168,14 +168,6 @@ def test_cli_system_summary_counts_tokens(capsys: pytest.CaptureFixture[str]) ->
     assert "tokens/s alone" in out and "samples/s" not in out
 
 
-def test_from_torch_refuses_the_generation_modes() -> None:
-    torch = pytest.importorskip("torch")
-    from archsim.workloads import from_torch
-
-    with pytest.raises(UsageError, match="decoder language models"):
-        from_torch(torch.nn.Linear(4, 4), (torch.zeros(2, 4),), mode="decode")
-
-
 def test_a_decode_trace_file_runs_as_built(library: Library, tmp_path: Path) -> None:
     from archsim.spec.common import Precision
     from archsim.workloads import build_trace, write_trace

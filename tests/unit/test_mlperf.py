@@ -4,15 +4,28 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
+from archsim.commands import mlperf as mlperf_command
+from archsim.commands.mlperf import table_lines
 from archsim.spec.library import builtin_roots
+from archsim.validation.mlperf import MlperfReport, run_mlperf
 from tests.cli import run_cli
 
 
-def test_mlperf_prints_predicted_against_published(capsys: pytest.CaptureFixture[str]) -> None:
+def test_mlperf_prints_predicted_against_published(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reports: list[MlperfReport] = []
+
+    def recorded(*args: Any, **kwargs: Any) -> MlperfReport:
+        reports.append(run_mlperf(*args, **kwargs))
+        return reports[-1]
+
+    monkeypatch.setattr(mlperf_command, "run_mlperf", recorded)
     code, out, err = run_cli(capsys, "mlperf", "--json")
     assert code == 0, err
     report = json.loads(out)
@@ -30,8 +43,11 @@ def test_mlperf_prints_predicted_against_published(capsys: pytest.CaptureFixture
         # the clock covers at least the training samples at the predicted throughput
         assert row["predicted_minutes"] * 60 >= row["samples"] / row["throughput"]
     assert report["mape"] == pytest.approx(sum(abs(r["error"]) for r in rows.values()) / len(rows))
+    # the table as text, printed from the same report (its 16 training runs are simulated once, not twice)
+    monkeypatch.setattr(mlperf_command, "run_mlperf", lambda *args, **kwargs: reports[0])
     code, out, _ = run_cli(capsys, "mlperf")
     assert code == 0 and "ipu-pod16-rn50-v1.1" in out and "mean |error|" in out
+    assert out.strip().splitlines() == table_lines(reports[0]) and len(reports) == 1
 
 
 def test_a_row_whose_settings_miss_its_global_batch_is_refused(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, fields, replace
 
+import pytest
+
 from archsim import simulate
 from archsim.api import resolve_target, run_trace
 from archsim.results.records import LayerRecord, RunResult, to_json
@@ -89,6 +91,23 @@ def test_to_dict_and_to_json_are_asdict_and_json_dumps(library: Library, multich
     for result in results:
         assert list(result.to_dict().items()) == list(asdict(result).items())
         assert to_json(result) == json.dumps(asdict(result), indent=1, allow_nan=False)
+
+
+def test_to_json_is_json_dumps_for_any_layer_text_and_number(multichip_run: RunResult) -> None:
+    # to_json writes the layers with the C encoder and indents them itself: names that hold its
+    # separators, quotes, escapes, newlines, non-ASCII text or a "layers" line of their own, and
+    # numbers at the ends of the float range, must come out as json.dumps writes them
+    names = ['a, "b": 1', 'q"uote', "back\\slash", "new\nline", "tab\t", "\u00e9t\u00e9 \u4e2d", '\n "layers": []', ""]
+    numbers = [0.0, -0.0, 5e-324, 1e16, 1.7976931348623157e308, 0.1 + 0.2, 123456789012345678901234567890]
+    layers = tuple(
+        replace(layer, name=names[i % len(names)], start_s=numbers[i % len(numbers)], cycles=i * 10**12)
+        for i, layer in enumerate(multichip_run.layers)
+    )
+    result = replace(multichip_run, layers=layers, workload='wl, "x"\n "layers": []')
+    assert to_json(result) == json.dumps(asdict(result), indent=1, allow_nan=False)
+    assert to_json(replace(result, layers=())) == json.dumps(asdict(replace(result, layers=())), indent=1)
+    with pytest.raises(ValueError, match="JSON compliant"):
+        to_json(replace(result, layers=(replace(layers[0], end_s=float("nan")),)))
 
 
 def test_with_energy_is_replace_and_keeps_every_field() -> None:

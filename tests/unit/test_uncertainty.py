@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from archsim import simulate
 from archsim.cli import main
+from archsim.commands import validate as validate_command
 from archsim.commands.validate import group_errors
 from archsim.errors import SpecError
 from archsim.results.table import summary_lines
@@ -17,7 +19,7 @@ from archsim.spec.library import Library
 from archsim.spec.uncertainty import ANY
 from archsim.sweep.worker import result_columns
 from archsim.uncertainty import error_table
-from archsim.validation import validate
+from archsim.validation import ValidationReport, validate
 from archsim.validation.crossval import Plan, RowErrors, grouped
 from archsim.validation.run import prepare
 from tests.unit.test_validation import ROW, table
@@ -85,12 +87,22 @@ def test_the_error_table_is_current(library: Library) -> None:
 
 
 def test_validate_prints_in_sample_and_cross_validated_per_family_software_and_level(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    reports: list[ValidationReport] = []
+
+    def recorded(*args: Any, **kwargs: Any) -> ValidationReport:
+        reports.append(validate(*args, **kwargs))
+        return reports[-1]
+
+    monkeypatch.setattr(validate_command, "validate", recorded)
     assert main(["validate"]) == 0
     text = capsys.readouterr().out
     assert "family      software         level     rows  in-sample  cross-validated" in text
+    # the JSON of the same report (its rows are predicted once, not twice); the command groups it again
+    monkeypatch.setattr(validate_command, "validate", lambda *args, **kwargs: reports[0])
     assert main(["validate", "--json"]) == 0
+    assert len(reports) == 1
     groups = json.loads(capsys.readouterr().out)["groups"]
     held = {(g["family"], g["software"], g["level"]): g["cross_validated"] for g in groups}
     assert held[("tensorcore", "nccl", "operator")] is None  # a collective row: fitted exactly, not cross-validated

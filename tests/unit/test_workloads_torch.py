@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import pytest
+
+from archsim.errors import UsageError
 from archsim.workloads import from_torch
 from archsim.workloads.trace import Mode, OpKind
 from tests.llm_configs import skip_without
@@ -65,3 +68,12 @@ def test_training_dropout_writes_a_mask_and_inference_drops_it() -> None:
     (dropout,) = [op for op in trained.ops if op.name == "native_dropout"]
     assert (dropout.flops, [t.bytes for t in dropout.writes]) == (2 * 16, [16 * 2, 16])  # fp16 out, 1-byte mask
     assert [op.kind for op in from_torch(module, (torch.zeros(2, 8),)).ops] == [OpKind.MATMUL]
+
+
+def test_from_torch_refuses_the_generation_modes() -> None:
+    """Prefill and decode are built only for decoder language models (moved here from test_generation.py,
+    so that only the pytest-xdist worker that runs the torch files imports PyTorch)."""
+    import torch
+
+    with pytest.raises(UsageError, match="decoder language models"):
+        from_torch(torch.nn.Linear(4, 4), (torch.zeros(2, 4),), mode="decode")
