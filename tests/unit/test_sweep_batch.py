@@ -76,7 +76,7 @@ def test_refused_rows_carry_the_event_paths_error(tmp_path: Path) -> None:
     data = {
         **SYSTOLIC,
         "target": "systolic-32x32",
-        "workloads": [{"name": "resnet50", "batch": 4096}, {"name": "resnet50", "batch": 2}],
+        "workloads": [{"name": "resnet50", "batch": 16384}, {"name": "resnet50", "batch": 2}],
         # 1024 GB/s on one HBM2 stack passes each value's check and fails together
         "grid": {"chip.memory.main.bandwidth": ["256 GB/s", "1024 GB/s"], "chip.memory.main.stacks": [4, 1]},
         "zip": [],
@@ -85,7 +85,7 @@ def test_refused_rows_carry_the_event_paths_error(tmp_path: Path) -> None:
     batch = run_sweep(spec, jobs=1, progress=False, path="batch")
     event = run_sweep(spec, jobs=1, progress=False, path="event")
     pd.testing.assert_frame_equal(batch, event, check_exact=True)
-    assert batch["error"].notna().sum() == 4 + 1  # batch 4096 nowhere, batch 2 at one stack and 1024 GB/s
+    assert batch["error"].notna().sum() == 4 + 1  # batch 16384 nowhere, batch 2 at one stack and 1024 GB/s
 
 
 @pytest.mark.parametrize(
