@@ -53,6 +53,7 @@ def simulate(
     interleave: int = 1,
     zero: int = 0,
     expert_parallel: int = 1,
+    bn_group: int = 1,
 ) -> RunResult:
     """Replay ``workload`` on ``target`` and return the run's records.
 
@@ -79,7 +80,8 @@ def simulate(
     documented): ``batch`` is per data-parallel replica and ``nodes`` scales the system out; ``zero``
     (0..3) shards a data-parallel training step's state (:mod:`archsim.workloads.zero`);
     ``expert_parallel`` shards a mixture of experts' experts over that many data-parallel chips
-    (:mod:`archsim.workloads.expert_parallel`).
+    (:mod:`archsim.workloads.expert_parallel`); ``bn_group`` shares a training step's batch-norm
+    statistics over that many consecutive chips (:mod:`archsim.workloads.sync_batchnorm`).
     """
     request = RunRequest.of(
         target,
@@ -107,5 +109,6 @@ def simulate(
         interleave=interleave,
         zero=zero,
         expert_parallel=expert_parallel,
+        bn_group=bn_group,
     )
     return run(request, library or Library(search_path))

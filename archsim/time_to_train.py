@@ -184,6 +184,7 @@ def extend(
         "microbatches": result.microbatches if pipelined else None,
         "recompute": False,
         "padding": None,  # a training setting: the evaluation computes what its stack does at inference
+        "bn_group": 1,  # so is a batch-norm group: inference normalizes with running statistics
     }
     evaluation = simulate(target, workload, "infer", library=library, **eval_options)
     if decode is not None:

@@ -87,6 +87,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(DeepSpeed-MoE; default 1)",
     )
     group.add_argument(
+        "--bn-group",
+        type=positive_int,
+        default=1,
+        metavar="G",
+        help="consecutive chips that share their batch-norm statistics in training, with an all-reduce per "
+        "batch-norm forward and backward (synchronized batch norm; default 1)",
+    )
+    group.add_argument(
         "--interleave",
         type=positive_int,
         default=1,
@@ -121,6 +129,7 @@ def request_options(args: argparse.Namespace) -> dict[str, Any]:
         "interleave": args.interleave,
         "zero": args.zero,
         "expert_parallel": args.expert_parallel,
+        "bn_group": args.bn_group,
     }
 
 
@@ -172,6 +181,8 @@ def summary_lines(result: RunResult) -> list[str]:
         )
     if result.expert_parallel > 1:
         lines.append(f"expert par.   {result.expert_parallel} chips share the experts (all-to-all)")
+    if result.bn_group > 1:
+        lines.append(f"batch norm    {result.bn_group} chips share its statistics (an all-reduce per batch-norm)")
     if result.pipeline_stages > 1:
         lines.append(
             f"pipeline      {result.schedule}"

@@ -82,6 +82,7 @@ def extend_args(result: RunResult, args: argparse.Namespace) -> RunResult:
         "sequence_parallel": getattr(args, "sequence_parallel", False),
         "interleave": getattr(args, "interleave", 1),
         "expert_parallel": getattr(args, "expert_parallel", 1),
+        "bn_group": getattr(args, "bn_group", 1),
     }
     library = Library(args.lib)
     return extend(

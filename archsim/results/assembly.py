@@ -238,6 +238,7 @@ def build_system_result(
         precision=trace.precision.value,
         seq_len=trace.seq_len,
         **padding_fields(trace),
+        bn_group=int(trace.meta.get("bn_group", "1")),
         num_chips=num_chips,
         step_time_s=step_time_s,
         throughput=throughput,

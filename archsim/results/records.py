@@ -263,6 +263,8 @@ class RunResult:
     """Sequence parallelism within the tensor-parallel group."""
     expert_parallel: int = field(default=1, kw_only=True)
     """Chips of the data-parallel group that share a mixture of experts' experts (1: none)."""
+    bn_group: int = field(default=1, kw_only=True)
+    """Consecutive chips that share their batch-norm statistics (1: each chip its own)."""
     mfu: float | None = field(default=None, kw_only=True)
     """Model FLOPs utilization: the model's FLOPs of the step as Megatron-LM and PaLM count them
     (:func:`archsim.workloads.decoder.matrix_flops`: matrix products only, no recomputation) over

@@ -109,6 +109,8 @@ class SystemContext:
     """How long each tensor-parallel collective takes on its group (None: no tensor parallelism)."""
     expert_calls: GroupCalls | None = None
     """How long each expert-parallel all-to-all takes on its group (None: no expert parallelism)."""
+    norm_calls: GroupCalls | None = None
+    """How long each batch-norm statistics all-reduce takes on its group (None: no synchronized batch norm)."""
 
     @cached_property
     def resolved(self) -> FamilyEfficiency:
@@ -139,8 +141,8 @@ class SystemContext:
         framework_s = framework_overhead_s(self.efficiency)
         footprint = resident_bytes(trace, needed, share)
         model = cost_model_for(self.chip, self.efficiency, trace.precision, footprint, framework_s)
-        if self.group_calls is None and self.expert_calls is None:
+        if self.group_calls is None and self.expert_calls is None and self.norm_calls is None:
             return model
-        from archsim.run.tensor_parallel import StreamCommModel  # tensor- or expert-parallel systems only
+        from archsim.run.tensor_parallel import StreamCommModel  # systems with in-stream groups only
 
-        return StreamCommModel(model, self.group_calls, self.expert_calls)
+        return StreamCommModel(model, self.group_calls, self.expert_calls, norm_calls=self.norm_calls)

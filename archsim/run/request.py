@@ -124,6 +124,8 @@ class Layout:
     * ``zero``: the ZeRO stage of a data-parallel training run (0: none; :mod:`archsim.workloads.zero`).
     * ``expert_parallel``: chips of the data-parallel group that share a mixture of experts' experts
       (must divide the data-parallel width; :mod:`archsim.workloads.expert_parallel`).
+    * ``bn_group``: consecutive chips that share their batch-norm statistics in training (must divide
+      the data-parallel width; :mod:`archsim.workloads.sync_batchnorm`).
     """
 
     nodes: int | None = None
@@ -149,6 +151,8 @@ class Layout:
     """ZeRO stage 0..3: what the data-parallel group shards (0: nothing, plain data parallelism)."""
     expert_parallel: int = 1
     """Chips of the data-parallel group that share the experts (DeepSpeed-MoE expert parallelism)."""
+    bn_group: int = 1
+    """Consecutive chips that share their batch-norm statistics (synchronized batch norm)."""
 
     @property
     def spreads(self) -> bool:
@@ -159,6 +163,7 @@ class Layout:
             or self.microbatches is not None
             or self.tensor_parallel != 1
             or self.expert_parallel != 1
+            or self.bn_group != 1
         )
 
     def spreading_flag(self) -> str:
@@ -169,6 +174,8 @@ class Layout:
             return "--tensor-parallel"
         if self.expert_parallel != 1:
             return "--expert-parallel"
+        if self.bn_group != 1:
+            return "--bn-group"
         return "--pipeline-stages" if self.pipeline_stages != 1 else "--microbatches"
 
     @classmethod
@@ -186,6 +193,7 @@ class Layout:
         interleave: int = 1,
         zero: int = 0,
         expert_parallel: int = 1,
+        bn_group: int = 1,
     ) -> Layout:
         """A checked layout; ``collective`` ``auto`` is the system's default, as None is."""
         counts = (
@@ -205,6 +213,7 @@ class Layout:
             raise LimitError("", "--nodes", f"must be at most {MAX_NODES}")
         check_count(tensor_parallel, "--tensor-parallel")
         check_count(expert_parallel, "--expert-parallel")
+        check_count(bn_group, "--bn-group")
         if not isinstance(sequence_parallel, bool):
             raise UsageError("", "--sequence-parallel", f"must be true or false, got {sequence_parallel!r}")
         if sequence_parallel and tensor_parallel == 1:
@@ -229,6 +238,7 @@ class Layout:
             interleave=interleave,
             zero=zero,
             expert_parallel=expert_parallel,
+            bn_group=bn_group,
         )
 
 
@@ -297,6 +307,7 @@ class RunRequest:
         interleave: int = 1,
         zero: int = 0,
         expert_parallel: int = 1,
+        bn_group: int = 1,
     ) -> RunRequest:
         """A checked request; strings become their enums (``mode="train"``).
 
@@ -331,6 +342,7 @@ class RunRequest:
             interleave,
             zero,
             expert_parallel,
+            bn_group,
         )
         return cls(
             target=target,

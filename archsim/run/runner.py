@@ -134,6 +134,7 @@ def build(request: RunRequest, library: Library) -> BuiltRun:
         tensor_parallel=layout.tensor_parallel,
         sequence_parallel=layout.sequence_parallel,
         expert_parallel=layout.expert_parallel,
+        bn_group=layout.bn_group,
     )
     named = stack if request.software is not None else None
     options = SystemOptions.of(layout, trace_options, request.streaming, named)
@@ -143,6 +144,7 @@ def build(request: RunRequest, library: Library) -> BuiltRun:
         fabric = fabric_for(system, library, options.nodes, target.source)
         placement = place(fabric, layout.pipeline_stages, target.source, layout.tensor_parallel)
         check_expert_parallel(layout.expert_parallel, placement.data_parallel, target.source)
+        check_bn_group(layout.bn_group, placement.data_parallel, layout.pipeline_stages, target.source)
     seq_len = request.trace_seq_len
     rebuild = Rebuilder(request.workload, library, request.mode, precision, seq_len, trace_options)
     microbatches: int | None = None
@@ -194,6 +196,19 @@ def check_zero(request: RunRequest, target: Target) -> None:
         flag = "--pipeline-stages" if layout.pipeline_stages != 1 else "--microbatches"
         problem = f"ZeRO is modelled for data-parallel steps of one micro-batch: leave out {flag} or use --zero 0"
         raise UsageError(request.target, "--zero", problem)
+
+
+def check_bn_group(bn_group: int, data_parallel: int, pipeline_stages: int, source: str) -> None:
+    """Refuse (one line) a batch-norm group that does not tile the data-parallel replicas of one-stage runs."""
+    if bn_group == 1:
+        return
+    if pipeline_stages != 1:
+        problem = "shares batch-norm statistics across data-parallel chips: not modelled with --pipeline-stages"
+        raise UsageError(source, "--bn-group", problem)
+    if data_parallel % bn_group:
+        fits = ", ".join(str(g) for g in range(1, data_parallel + 1) if data_parallel % g == 0)
+        problem = f"{bn_group} chips must divide the {data_parallel} data-parallel replicas; {fits} would"
+        raise UsageError(source, "--bn-group", problem)
 
 
 def check_expert_parallel(expert_parallel: int, data_parallel: int, source: str) -> None:

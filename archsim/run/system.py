@@ -76,15 +76,17 @@ def system_step(
         call.chunk_bytes if call is not None else options.chunk_bytes,
         call.fixed_s if call is not None else 0.0,
     )
-    calls = expert_calls = None
-    ep = options.trace.expert_parallel
-    if tp > 1 or ep > 1:  # the groups' calls see the links as they are, before any protocol (as archsim collective)
+    calls = expert_calls = norm_calls = None
+    ep, bn = options.trace.expert_parallel, options.trace.bn_group
+    if tp > 1 or ep > 1 or bn > 1:  # the groups' calls see the links as they are, before any protocol
         spec = library.collective_library(named) if named is not None else library.system_collective_library(system)
         bare = fabric_for(system, library, options.nodes, source)
         if tp > 1:  # T consecutive chips
             calls = GroupCalls(group_fabric(bare, tp), spec, source)
         if ep > 1:  # E replicas' chips of one stage and rank, T x P apart
             expert_calls = GroupCalls(group_fabric(bare, ep, tp * options.pipeline_stages), spec, source)
+        if bn > 1:  # G consecutive replicas (one stage, no tensor parallelism: a batch-norm network)
+            norm_calls = GroupCalls(group_fabric(bare, bn), spec, source)
     context = SystemContext(
         system,
         source,
@@ -101,5 +103,6 @@ def system_step(
         plans,
         calls,
         expert_calls,
+        norm_calls,
     )
     return data_parallel(context, trace) if microbatches is None else pipelined(context, trace, microbatches)

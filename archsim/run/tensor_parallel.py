@@ -91,6 +91,8 @@ class StreamCommModel:
     """The expert-parallel group's calls (None: no expert parallelism)."""
     free: bool = False
     """Price every in-stream collective at nothing (:func:`free_stream_calls`)."""
+    norm_calls: GroupCalls | None = field(default=None, kw_only=True)
+    """The batch-norm group's calls (None: no synchronized batch norm)."""
     chip: ChipSpec = field(init=False)
     """The inner model's chip."""
     precision: Precision = field(init=False)
@@ -110,7 +112,8 @@ class StreamCommModel:
         comm = op.comm
         if comm is None or not comm.in_stream:
             return self.inner.cost(op)
-        calls = self.expert_calls if comm.group is CommGroup.EXPERT_PARALLEL else self.calls
+        groups = {CommGroup.EXPERT_PARALLEL: self.expert_calls, CommGroup.BATCH_NORM: self.norm_calls}
+        calls = groups.get(comm.group, self.calls)
         assert calls is not None, f"{op.name}: a group to call on"
         seconds = 0.0 if self.free else calls.time_s(comm.kind.value, comm.bytes)
         return OpCost(

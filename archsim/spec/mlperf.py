@@ -46,6 +46,9 @@ class MlperfRow(Spec):
     """Ops the run's framework fused, as ``--fusion`` (None: what its software stack does)."""
     padding: Literal["kept", "removed", "packed"] | None = None
     """How the run computed its sequences' padding, as ``--padding`` (None: what its software stack does)."""
+    bn_group: Count = 1
+    """Consecutive chips that shared their batch-norm statistics, as ``--bn-group`` (the logs' span
+    over the batch per chip)."""
     streaming_memory: StreamingMemory = StreamingMemory.NONE
     precision: Precision
     seq_len: Count | None = None

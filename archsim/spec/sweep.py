@@ -74,6 +74,7 @@ RUN_SETTINGS = (
     "interleave",
     "zero",
     "expert_parallel",
+    "bn_group",
 )
 MAX_AXIS_VALUES = 100_000
 """Values one axis may take (a range that would produce more is refused)."""
@@ -130,6 +131,8 @@ class RunSettings(Spec):
     """ZeRO stage of a data-parallel training run (0: none)."""
     expert_parallel: Count = 1
     """Chips of the data-parallel group that share a mixture of experts' experts."""
+    bn_group: Count = 1
+    """Consecutive chips that share their batch-norm statistics in training (synchronized batch norm)."""
 
 
 class WorkloadEntry(Spec):

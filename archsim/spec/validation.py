@@ -126,6 +126,8 @@ class Row(Spec):
     """What the published run recomputed, as ``--recompute`` (True: full; None: as its software does)."""
     padding: Literal["kept", "removed", "packed"] | None = None
     """How the published run computed its sequences' padding, as ``--padding`` (None: as its software does)."""
+    bn_group: Count = 1
+    """Consecutive chips that shared their batch-norm statistics in the published run, as ``--bn-group``."""
     metric: Metric
     phase: Literal["fwd", "bwd_data", "bwd_weight", "update"] | None = None
     """For ``op_time``: the phase of the op whose time was measured (a run has one op per phase)."""

@@ -71,6 +71,8 @@ def batch_reason(spec: SweepSpec, library: Library) -> str | None:
         return "settings.zero is set"
     if settings.expert_parallel != 1:
         return "settings.expert_parallel is set"
+    if settings.bn_group != 1:
+        return "settings.bn_group is set"
     if settings.tensor_parallel != 1 or settings.sequence_parallel or settings.interleave != 1:
         return "a tensor-parallel or interleaved run"
     for path in spec.axis_paths:

@@ -95,6 +95,7 @@ RESULT_COLUMNS = (
     "tensor_parallel",
     "sequence_parallel",
     "expert_parallel",
+    "bn_group",
     "mfu",
 )
 """The scalar fields of :class:`~archsim.results.records.RunResult`; ``normalized`` is flattened to

@@ -78,6 +78,7 @@ def predict_row(row: MlperfRow, library: Library, source: str) -> RunResult:
         fusion=row.fusion,
         recompute=row.recompute,
         padding=row.padding,
+        bn_group=row.bn_group,
         streaming_memory=row.streaming_memory,
         software=row.stack,
     )

@@ -98,6 +98,8 @@ def _model_trace(
     if options.expert_parallel > 1 and (spec.decoder is None or spec.decoder.moe is None):
         problem = f"shards a mixture of experts' experts: {spec.name} is dense (a model with a moe section would do)"
         raise UsageError(source, "--expert-parallel", problem)
+    if options.bn_group > 1 and spec.architecture is not Architecture.RESNET:
+        raise UsageError(source, "--bn-group", f"{spec.name} has no batch-norm layer to share statistics over")
     if spec.architecture is Architecture.DECODER and spec.decoder is not None:
         from archsim.workloads.expert_parallel import with_expert_parallel
         from archsim.workloads.tensor_parallel import with_tensor_parallel
@@ -123,7 +125,21 @@ def _model_trace(
             raise UsageError(source, "--seq-len", f"{spec.name} is not a sequence model; leave the sequence length out")
         graph = resnet_graph(spec, mode, batch, precision)
     graph = replace(graph, meta=meta)
-    return finish_trace(graph, mode, batch, seq_len, spec.optimizer, options)
+    return _synchronized(finish_trace(graph, mode, batch, seq_len, spec.optimizer, options), spec, source, options)
+
+
+def _synchronized(trace: Trace, spec: ModelSpec, source: str, options: TraceOptions) -> Trace:
+    """``trace`` with its batch-norm statistics shared by ``options.bn_group`` chips (checked here)."""
+    if options.bn_group == 1:
+        return trace
+    from archsim.workloads.sync_batchnorm import has_batch_norm, with_batch_norm_group
+
+    if trace.mode is not Mode.TRAIN:
+        problem = "shares batch-norm statistics in training only (inference normalizes with running statistics)"
+        raise UsageError(source, "--bn-group", problem)
+    if not has_batch_norm(trace):
+        raise UsageError(source, "--bn-group", f"{spec.name} has no batch-norm layer to share statistics over")
+    return with_batch_norm_group(trace, options.bn_group)
 
 
 def _decoder_graph(
@@ -276,6 +292,8 @@ def _build(
         raise UsageError(workload, "--tensor-parallel", "splits decoder language models only (a model description)")
     if options.expert_parallel > 1 and any(inline(workload) for inline in (is_gemm, is_conv, is_onnx, is_chakra)):
         raise UsageError(workload, "--expert-parallel", "shards a mixture of experts (a model description) only")
+    if options.bn_group > 1 and any(inline(workload) for inline in (is_gemm, is_conv, is_onnx, is_chakra)):
+        raise UsageError(workload, "--bn-group", "shares a model's batch-norm statistics (a model description) only")
     if is_gemm(workload):
         if batch not in (None, 1):
             raise UsageError(
@@ -337,6 +355,8 @@ def _built_already(source: str, options: TraceOptions) -> None:
         raise UsageError(source, "--tensor-parallel", "splits decoder language models only (a model description)")
     if options.expert_parallel > 1:
         raise UsageError(source, "--expert-parallel", "shards a mixture of experts (a model description) only")
+    if options.bn_group > 1:
+        raise UsageError(source, "--bn-group", "shares a model's batch-norm statistics (a model description) only")
 
 
 def microbatch_trace(

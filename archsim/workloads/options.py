@@ -80,6 +80,9 @@ class TraceOptions:
     expert_parallel: int = field(default=1, kw_only=True)
     """Chips of the data-parallel group that share a mixture of experts' experts
     (:mod:`archsim.workloads.expert_parallel`); the trace is one of them."""
+    bn_group: int = field(default=1, kw_only=True)
+    """Consecutive chips that share their batch-norm statistics in training (synchronized batch norm,
+    :mod:`archsim.workloads.sync_batchnorm`); 1: each chip normalizes over its own batch."""
 
     @property
     def is_default(self) -> bool:

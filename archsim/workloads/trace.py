@@ -98,7 +98,9 @@ class CommGroup(enum.StrEnum):
     of experts' experts between them (:mod:`archsim.workloads.expert_parallel`); ``expert-data-parallel``:
     the data-parallel replicas that hold the same experts (``1/E`` of the data-parallel group), over
     which the expert weights' gradients are all-reduced; ``pipeline``: the neighbouring stages of one
-    pipeline, between which activations and their gradients are sent (:mod:`archsim.workloads.microbatches`).
+    pipeline, between which activations and their gradients are sent (:mod:`archsim.workloads.microbatches`);
+    ``batch-norm``: the ``G`` consecutive chips that share their batch-norm statistics
+    (:mod:`archsim.workloads.sync_batchnorm`).
     """
 
     DATA_PARALLEL = "data-parallel"
@@ -108,6 +110,7 @@ class CommGroup(enum.StrEnum):
     EXPERT_PARALLEL = "expert-parallel"
     EXPERT_DATA_PARALLEL = "expert-data-parallel"
     PIPELINE = "pipeline"
+    BATCH_NORM = "batch-norm"
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,9 +133,9 @@ class CommOp:
         an op of the chip's stream (:mod:`archsim.run.tensor_parallel`); the others run on the
         system's communication stream, beside the compute (:mod:`archsim.engine.parallel`). An expert
         layer waits for its all-to-alls the same way (DeepSpeed-MoE and Megatron-LM run them between
-        the router and the experts).
+        the router and the experts), and a synchronized batch-norm for its group's statistics.
         """
-        return self.group in (CommGroup.TENSOR_PARALLEL, CommGroup.EXPERT_PARALLEL)
+        return self.group in (CommGroup.TENSOR_PARALLEL, CommGroup.EXPERT_PARALLEL, CommGroup.BATCH_NORM)
 
 
 class Phase(enum.StrEnum):
