@@ -143,7 +143,7 @@ def build(request: RunRequest, library: Library) -> BuiltRun:
 
         fabric = fabric_for(system, library, options.nodes, target.source)
         placement = place(fabric, layout.pipeline_stages, target.source, layout.tensor_parallel)
-        check_expert_parallel(layout.expert_parallel, placement.data_parallel, target.source)
+        check_tiles(layout.expert_parallel, placement.data_parallel, "--expert-parallel", target.source)
         check_bn_group(layout.bn_group, placement.data_parallel, layout.pipeline_stages, target.source)
     seq_len = request.trace_seq_len
     rebuild = Rebuilder(request.workload, library, request.mode, precision, seq_len, trace_options)
@@ -205,18 +205,15 @@ def check_bn_group(bn_group: int, data_parallel: int, pipeline_stages: int, sour
     if pipeline_stages != 1:
         problem = "shares batch-norm statistics across data-parallel chips: not modelled with --pipeline-stages"
         raise UsageError(source, "--bn-group", problem)
-    if data_parallel % bn_group:
-        fits = ", ".join(str(g) for g in range(1, data_parallel + 1) if data_parallel % g == 0)
-        problem = f"{bn_group} chips must divide the {data_parallel} data-parallel replicas; {fits} would"
-        raise UsageError(source, "--bn-group", problem)
+    check_tiles(bn_group, data_parallel, "--bn-group", source)
 
 
-def check_expert_parallel(expert_parallel: int, data_parallel: int, source: str) -> None:
-    """Refuse (one line) an expert-parallel group that does not tile the data-parallel replicas."""
-    if data_parallel % expert_parallel:
+def check_tiles(group: int, data_parallel: int, flag: str, source: str) -> None:
+    """Refuse (one line) a group of ``flag``'s chips that does not tile the data-parallel replicas."""
+    if data_parallel % group:
         fits = ", ".join(str(x) for x in range(1, data_parallel + 1) if data_parallel % x == 0)
-        problem = f"{expert_parallel} chips must divide the {data_parallel} data-parallel replicas; {fits} would"
-        raise UsageError(source, "--expert-parallel", problem)
+        problem = f"{group} chips must divide the {data_parallel} data-parallel replicas; {fits} would"
+        raise UsageError(source, flag, problem)
 
 
 def replay_built(

@@ -38,6 +38,7 @@ from archsim.workloads.options import Recompute, TraceOptions
 from archsim.workloads.padding import Unpadded, unpadded
 from archsim.workloads.resnet import resnet_graph
 from archsim.workloads.sources import is_chakra, is_onnx
+from archsim.workloads.sync_batchnorm import with_batch_norm_group
 from archsim.workloads.trace import Mode, Trace
 
 # the BERT and decoder graphs, their parallel transforms and the file readers are imported where a
@@ -98,7 +99,10 @@ def _model_trace(
     if options.expert_parallel > 1 and (spec.decoder is None or spec.decoder.moe is None):
         problem = f"shards a mixture of experts' experts: {spec.name} is dense (a model with a moe section would do)"
         raise UsageError(source, "--expert-parallel", problem)
-    if options.bn_group > 1 and spec.architecture is not Architecture.RESNET:
+    if options.bn_group > 1 and mode is not Mode.TRAIN:
+        problem = "shares batch-norm statistics in training only (inference normalizes with running statistics)"
+        raise UsageError(source, "--bn-group", problem)
+    if options.bn_group > 1 and spec.architecture is not Architecture.RESNET:  # the one family with batch norm
         raise UsageError(source, "--bn-group", f"{spec.name} has no batch-norm layer to share statistics over")
     if spec.architecture is Architecture.DECODER and spec.decoder is not None:
         from archsim.workloads.expert_parallel import with_expert_parallel
@@ -125,21 +129,7 @@ def _model_trace(
             raise UsageError(source, "--seq-len", f"{spec.name} is not a sequence model; leave the sequence length out")
         graph = resnet_graph(spec, mode, batch, precision)
     graph = replace(graph, meta=meta)
-    return _synchronized(finish_trace(graph, mode, batch, seq_len, spec.optimizer, options), spec, source, options)
-
-
-def _synchronized(trace: Trace, spec: ModelSpec, source: str, options: TraceOptions) -> Trace:
-    """``trace`` with its batch-norm statistics shared by ``options.bn_group`` chips (checked here)."""
-    if options.bn_group == 1:
-        return trace
-    from archsim.workloads.sync_batchnorm import has_batch_norm, with_batch_norm_group
-
-    if trace.mode is not Mode.TRAIN:
-        problem = "shares batch-norm statistics in training only (inference normalizes with running statistics)"
-        raise UsageError(source, "--bn-group", problem)
-    if not has_batch_norm(trace):
-        raise UsageError(source, "--bn-group", f"{spec.name} has no batch-norm layer to share statistics over")
-    return with_batch_norm_group(trace, options.bn_group)
+    return with_batch_norm_group(finish_trace(graph, mode, batch, seq_len, spec.optimizer, options), options.bn_group)
 
 
 def _decoder_graph(

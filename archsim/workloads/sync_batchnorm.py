@@ -35,11 +35,6 @@ def channels(op: Op, element_bytes: float) -> int:
     return round(weight.bytes / element_bytes)
 
 
-def has_batch_norm(trace: Trace) -> bool:
-    """True when ``trace`` normalizes a batch over a forward batch-norm op (what a group would share)."""
-    return any(op.kind is OpKind.BATCHNORM and op.phase is Phase.FORWARD for op in trace.ops)
-
-
 def with_batch_norm_group(trace: Trace, chips: int) -> Trace:
     """``trace`` with each batch-norm's statistics all-reduced over ``chips`` chips (see the module docstring)."""
     if chips == 1:
