@@ -38,7 +38,6 @@ from archsim.workloads.options import Recompute, TraceOptions
 from archsim.workloads.padding import Unpadded, unpadded
 from archsim.workloads.resnet import resnet_graph
 from archsim.workloads.sources import is_chakra, is_onnx
-from archsim.workloads.sync_batchnorm import with_batch_norm_group
 from archsim.workloads.trace import Mode, Trace
 
 # the BERT and decoder graphs, their parallel transforms and the file readers are imported where a
@@ -129,7 +128,12 @@ def _model_trace(
             raise UsageError(source, "--seq-len", f"{spec.name} is not a sequence model; leave the sequence length out")
         graph = resnet_graph(spec, mode, batch, precision)
     graph = replace(graph, meta=meta)
-    return with_batch_norm_group(finish_trace(graph, mode, batch, seq_len, spec.optimizer, options), options.bn_group)
+    trace = finish_trace(graph, mode, batch, seq_len, spec.optimizer, options)
+    if options.bn_group == 1:  # the transform's module (and its imports) only for the runs that need it
+        return trace
+    from archsim.workloads.sync_batchnorm import with_batch_norm_group
+
+    return with_batch_norm_group(trace, options.bn_group)
 
 
 def _decoder_graph(
