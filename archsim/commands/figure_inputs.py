@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from archsim.cli import add_memory_argument, add_trace_arguments, positive_int
+from archsim.commands import multichip
 from archsim.errors import UsageError
 from archsim.spec.common import Precision
 
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """Register ``TARGET WORKLOAD`` and the run options (mode, batch, precision, ...) on ``parser``."""
+    """Register ``TARGET WORKLOAD`` and the run options on ``parser``: ``archsim run``'s, multi-chip ones included."""
     parser.add_argument("target", help="chip or system name, alias or YAML path")
     parser.add_argument("workload", help="model name, trace file or gemm:MxNxK")
     parser.add_argument("--mode", choices=["train", "infer", "prefill", "decode", "generate"], default="infer")
@@ -34,45 +35,31 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "--prompt-len", type=positive_int, default=None, help="prefill, decode, generate: prompt tokens"
     )
     parser.add_argument("--gen-len", type=positive_int, default=None, help="decode, generate: tokens generated")
-    parser.add_argument("--nodes", type=positive_int, default=None)
-    parser.add_argument("--pipeline-stages", type=positive_int, default=1)
-    parser.add_argument("--microbatches", type=positive_int, default=None)
     add_trace_arguments(parser)
     add_memory_argument(parser)
+    multichip.add_arguments(parser)
 
 
 def simulate_run(args: argparse.Namespace) -> tuple[RunResult, Library, Timeline]:
     """The run the options of :func:`add_run_arguments` ask for, its library and its recorded timeline.
 
-    The timeline is recorded so that the timeline figure shows the links' lanes as the Perfetto export does.
+    The timeline is recorded so that the timeline figure shows the links' lanes as the Perfetto export
+    does; ``--timeline FILE`` also writes it there, as ``archsim run`` does.
     """
+    from archsim.results.timeline import write_timeline
     from archsim.run.observers import TimelineRecorder
     from archsim.run.request import RunRequest
     from archsim.run.runner import run
     from archsim.spec.library import Library
 
     library = Library(args.lib)
-    request = RunRequest.of(
-        args.target,
-        args.workload,
-        args.mode,
-        args.batch,
-        args.precision,
-        args.seq_len,
-        prompt_len=args.prompt_len,
-        gen_len=args.gen_len,
-        nodes=args.nodes,
-        pipeline_stages=args.pipeline_stages,
-        microbatches=args.microbatches,
-        software=args.software,
-        fusion=args.fusion,
-        recompute=args.recompute,
-        padding=args.padding,
-        streaming_memory=args.streaming_memory,
-    )
+    request = RunRequest.of(args.target, args.workload, **multichip.request_options(args))
     recorder = TimelineRecorder()
     result = run(request, library, observers=[recorder])
-    return result, library, recorder.timeline.at_clock(result.clock_scale)
+    timeline = recorder.timeline.at_clock(result.clock_scale)
+    if args.timeline is not None:
+        write_timeline(timeline, args.timeline)
+    return result, library, timeline
 
 
 def write_output(write: Callable[[Any, str], None], content: Any, out: str) -> None:

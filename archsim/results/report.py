@@ -272,7 +272,12 @@ def _multichip_summary(result: RunResult) -> list[tuple[str, str, Cell]]:
         ("system", "system", word(result.system)),
         ("nodes", "nodes", number(result.nodes, str(result.nodes))),
         ("data_parallel", "data-parallel replicas", number(result.data_parallel, str(result.data_parallel))),
+        ("tensor_parallel", "tensor-parallel chips", number(result.tensor_parallel, _tensor_parallel(result))),
+        ("expert_parallel", "expert-parallel chips", number(result.expert_parallel, str(result.expert_parallel))),
+        ("bn_group", "batch-norm group (chips)", number(result.bn_group, str(result.bn_group))),
+        ("zero", "ZeRO stage", number(result.zero, str(result.zero))),
         ("pipeline_stages", "pipeline stages", number(result.pipeline_stages, str(result.pipeline_stages))),
+        ("interleave", "model chunks per stage", number(result.interleave, str(result.interleave))),
         ("microbatches", "microbatches", number(result.microbatches, str(result.microbatches))),
         ("schedule", "pipeline schedule", word(result.schedule)),
         ("collective", "all-reduce", word(result.collective)),
@@ -294,6 +299,11 @@ def _multichip_summary(result: RunResult) -> list[tuple[str, str, Cell]]:
             number(result.bubble_fraction, f"{100 * result.bubble_fraction:.1f}%"),
         ),
     ]
+
+
+def _tensor_parallel(result: RunResult) -> str:
+    """The tensor-parallel degree, and whether sequence parallelism splits the norms too."""
+    return f"{result.tensor_parallel}" + (" (sequence parallel)" if result.sequence_parallel else "")
 
 
 RUN_FIGURES = ("breakdown", "roofline", "timeline")

@@ -7,6 +7,7 @@ test (test_report_browser.py) checks that the same pages render.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import os
@@ -22,7 +23,7 @@ import pytest
 from plotly.offline import get_plotlyjs
 
 from archsim import plots, simulate
-from archsim.cli import main
+from archsim.cli import build_parser, main
 from archsim.results.records import RunResult
 from archsim.run.observers import TimelineRecorder
 from archsim.run.request import RunRequest
@@ -34,7 +35,15 @@ RUN_FIELDS += ("ops_time_s", "step_overhead_s", "throughput", "flops", "utilizat
 RUN_FIELDS += ("memory_capacity_bytes", "energy_j", "power_w", "area_mm2")
 MULTICHIP_FIELDS = ("system", "nodes", "data_parallel", "pipeline_stages", "microbatches", "schedule", "collective")
 MULTICHIP_FIELDS += ("global_batch", "single_chip_throughput", "scaling_efficiency", "comm_s", "exposed_comm_s")
-MULTICHIP_FIELDS += ("bubble_s", "bubble_fraction")
+MULTICHIP_FIELDS += (
+    "bubble_s",
+    "bubble_fraction",
+    "tensor_parallel",
+    "expert_parallel",
+    "bn_group",
+    "zero",
+    "interleave",
+)
 
 
 class Report(HTMLParser):
@@ -274,6 +283,42 @@ def test_cli_run_report_timeline_has_the_links_lanes(tmp_path: Path, capsys: pyt
     assert spans  # IPU-Links carry the pipeline's activations and gradients
     (links,) = [t for t in figures(out.read_text(encoding="utf-8"))["plot-timeline"] if t["name"] == "links"]
     assert sorted(zip(links["y"], links["base"], strict=True)) == sorted(spans)
+
+
+def _options(argv: list[str]) -> set[str]:
+    """The option strings of one subcommand's parser (``["report", "run"]``, ``["run"]``)."""
+    parser = build_parser()
+    for name in argv:
+        (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        parser = sub.choices[name]
+    return {o for a in parser._actions for o in a.option_strings}
+
+
+def test_report_and_plot_take_every_run_option() -> None:
+    run_options = _options(["run"]) - {"--json"}  # a report is HTML; --json is the one thing it cannot be
+    assert _options(["report", "run"]) == run_options | {"--out"}
+    training = {"--time-to-train", "--optimizer", "--epochs", "--input-decode"}  # what is added to a step's result
+    for kind in ("breakdown", "roofline", "timeline"):  # figures of the step's ops
+        assert _options(["plot", kind]) == run_options - training | {"--out"}
+
+
+def test_cli_run_report_of_a_run_with_multichip_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out, timeline, alone = tmp_path / "run.html", tmp_path / "report.json", tmp_path / "run.json"
+    options = ["dgx1", "resnet50", "--mode", "train", "--batch", "8", "--bn-group", "2", "--zero", "1"]
+    assert main(["report", "run", *options, "--timeline", str(timeline), "--out", str(out)]) == 0
+    assert main(["run", *options, "--timeline", str(alone)]) == 0
+    capsys.readouterr()
+    summary = Report(out.read_text(encoding="utf-8")).summary
+    expected = simulate("dgx1", "resnet50", mode="train", batch=8, bn_group=2, zero=1)
+    assert (summary["bn_group"], summary["zero"], summary["tensor_parallel"]) == (2, 1, 1)
+    assert summary["step_time_s"] == pytest.approx(expected.step_time_s, rel=1e-12)
+    assert timeline.read_bytes() == alone.read_bytes()  # the same trace-event file as archsim run writes
+    tensor = tmp_path / "tp.html"
+    argv = ["report", "run", "dgx-a100", "gpt3-125m", "--mode", "train", "--batch", "2", "--seq-len", "256"]
+    assert main([*argv, "--tensor-parallel", "2", "--sequence-parallel", "--out", str(tensor)]) == 0
+    capsys.readouterr()
+    tp = Report(tensor.read_text(encoding="utf-8")).summary
+    assert tp["tensor_parallel"] == 2 and tp["data_parallel"] == 4
 
 
 BAD = [
