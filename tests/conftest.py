@@ -146,8 +146,16 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.freeze()
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Remove the process's cache folder and restore the variables."""
+    """Remove the process's cache folder and restore the variables; freeze what is left for the exit.
+
+    Run last, after pytest's own last collection (which reports what a finalizer raised): the
+    collections after it (pytest's cleanup, the interpreter's exit) would traverse again every object
+    the tests left, in the worker that ran the PyTorch tests a second or more (PyTorch was imported
+    after :func:`pytest_collection_finish` froze the rest), and the controller waits for that before it
+    reports. Frozen (:func:`gc.freeze`), they are not traversed; the process ends as before.
+    """
     folder, before = config.stash[_CACHE_KEY]
     shutil.rmtree(folder, ignore_errors=True)
     os.environ.pop(SESSION_FOLDER_ENV, None)
@@ -155,6 +163,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         os.environ.pop(CACHE_ENV, None)
     else:
         os.environ[CACHE_ENV] = before
+    gc.freeze()
 
 
 @pytest.fixture(scope="session")
