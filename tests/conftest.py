@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -47,10 +48,13 @@ REPORT_SWEEP = {
 
 def pytest_configure(config: pytest.Config) -> None:
     """Give this process (each xdist worker, too) a cache folder of its own, never the user's; tell a
-    worker the session's temporary folder that all workers share (:func:`tests.notebooks.shared_folder`).
+    worker the session's temporary folder that all workers share (:func:`tests.notebooks.shared_folder`);
+    collect the youngest generation every :data:`YOUNG_COLLECTION_THRESHOLD` allocations from here on,
+    collection included (:func:`pytest_collection_finish`).
 
     Set here rather than in a fixture: some test modules build a library while they are collected.
     """
+    gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, *gc.get_threshold()[1:])
     folder = tempfile.mkdtemp(prefix="archsim-cache-")
     config.stash[_CACHE_KEY] = (folder, os.environ.get(CACHE_ENV))
     os.environ[CACHE_ENV] = folder
@@ -132,19 +136,43 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     ONNX where installed): some 230,000 objects that last until the process ends. As ``archsim``
     itself does with its imports (:func:`archsim.cli.main`), they are frozen (:func:`gc.freeze`), so
     that no collection traverses them again. And the youngest generation is collected every
-    :data:`YOUNG_COLLECTION_THRESHOLD` allocations rather than 700: the simulations a test runs
-    allocate millions of short-lived objects (SimPy events, ops, records), and at 700 the collector
-    ran some 3,400 times in ``tests/unit/test_todays_chips.py`` with ``test_api.py`` and took 2.45 s
-    of their 20 s, against 0.35 s now. Reference counting frees acyclic garbage at once either way;
-    only cycles wait a little longer.
+    :data:`YOUNG_COLLECTION_THRESHOLD` allocations rather than 700 (since :func:`pytest_configure`):
+    the simulations a test runs allocate millions of short-lived objects (SimPy events, ops, records),
+    and at 700 the collector ran some 3,400 times in ``tests/unit/test_todays_chips.py`` with
+    ``test_api.py`` and took 2.45 s of their 20 s, against 0.35 s now; collecting the suite, with its
+    rewritten test modules and imports, took 4.6 s with 700, 3.4 s with 10,000. Reference counting
+    frees acyclic garbage at once either way; only cycles wait a little longer.
     """
     gc.collect()
     gc.freeze()
-    gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, *gc.get_threshold()[1:])
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After a file's last test, once its module fixtures are gone, freeze what is left (after a collection).
+
+    What a file leaves alive outlives it: the modules its tests imported (PyTorch, ONNX, nbclient,
+    Playwright), module-level caches, session fixtures. Left to the collector, every full collection
+    traversed them again for the rest of the process: in the worker that ran the PyTorch tests 9
+    collections of some 0.4 s. Collected first, so that only live objects are frozen, as
+    :func:`pytest_collection_finish` does with what collection imported.
+    """
+    yield
+    if nextitem is None or nextitem.path != item.path:
+        gc.collect()
+        gc.freeze()
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Remove the process's cache folder and restore the variables."""
+    """Remove the process's cache folder and restore the variables; freeze what is left for the exit.
+
+    Run last, after pytest's own last collection (which reports what a finalizer raised): the
+    collections after it (pytest's cleanup, the interpreter's exit) would traverse again every object
+    the tests left, in the worker that ran the PyTorch tests a second or more (PyTorch was imported
+    after :func:`pytest_collection_finish` froze the rest), and the controller waits for that before it
+    reports. Frozen (:func:`gc.freeze`), they are not traversed; the process ends as before.
+    """
     folder, before = config.stash[_CACHE_KEY]
     shutil.rmtree(folder, ignore_errors=True)
     os.environ.pop(SESSION_FOLDER_ENV, None)
@@ -152,6 +180,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         os.environ.pop(CACHE_ENV, None)
     else:
         os.environ[CACHE_ENV] = before
+    gc.freeze()
 
 
 @pytest.fixture(scope="session")

@@ -23,6 +23,10 @@ either the old file or the new.
 A file whose YAML or header is bad is recorded with its problem, so the library reports it on every
 run, as it does with no cache.
 
+Within one process the headers read are also kept in memory (:data:`_READ`, by cache folder and by
+file, under the same rules), so that a library on another search path (a ``--lib`` folder, a
+test's temporary folder) parses none of the built-in files again: the cache file is per search path.
+
 :func:`load_entry_points` and :func:`store_entry_points` keep the plug-in entry points of the
 installed distributions (:func:`archsim.spec.registry.installed_entry_points`), keyed by the folders on
 ``sys.path`` and the distributions' metadata folders in them, which change when a distribution is
@@ -186,12 +190,22 @@ def _read_header(path: Path) -> Header | Problem:
         return Problem(err.field, err.problem)
 
 
+_READ: dict[Path | None, dict[str, tuple[list[int], Header | Problem]]] = {}
+"""The headers this process has read or found recorded, by cache folder, then by file with its signature.
+
+Kept by the rules of the cache file (only a settled file's), and looked up only where the search
+path's cache file has no record of a file at its current signature. Per folder: a process that points
+``ARCHSIM_CACHE_DIR`` at another folder starts from that folder's records, as a new process would.
+"""
+
+
 def read_headers(roots: list[Path], files: list[Path]) -> list[Header | Problem]:
     """The header of each of ``files`` (found under the search path ``roots``), read through the cache."""
     folder = cache_dir()
     stamp = _stamp()
     target = _cache_file(folder, roots) if folder is not None else None
     cached = _load(target, stamp) if target is not None else {}
+    read = _READ.setdefault(folder, {})
     kept: dict[str, list[Any]] = {}
     headers: list[Header | Problem] = []
     for path in files:
@@ -200,10 +214,12 @@ def read_headers(roots: list[Path], files: list[Path]) -> list[Header | Problem]
         record = cached.get(key)
         header = _from_record(record[2]) if isinstance(record, list) and len(record) == 3 else None
         if header is None or signature is None or record is None or record[:2] != signature:
-            header = _read_header(path)
+            known = read.get(key)
+            header = known[1] if known is not None and known[0] == signature else _read_header(path)
         headers.append(header)
         if signature is not None and _settled(signature):
             kept[key] = [*signature, _record(header)]
+            read[key] = (signature, header)
     if target is not None and kept != cached:
         _save(target, json.dumps({"stamp": stamp, "files": kept}, separators=(",", ":")))
     return headers
