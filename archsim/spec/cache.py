@@ -212,14 +212,15 @@ def read_headers(roots: list[Path], files: list[Path]) -> list[Header | Problem]
         key = str(path)
         signature = _signature(path)
         record = cached.get(key)
+        known = read.get(key)
         header = _from_record(record[2]) if isinstance(record, list) and len(record) == 3 else None
         if header is None or signature is None or record is None or record[:2] != signature:
-            known = read.get(key)
             header = known[1] if known is not None and known[0] == signature else _read_header(path)
         headers.append(header)
         if signature is not None and _settled(signature):
             kept[key] = [*signature, _record(header)]
-            read[key] = (signature, header)
+            if known is None or known[0] != signature:
+                read[key] = (signature, header)
     if target is not None and kept != cached:
         _save(target, json.dumps({"stamp": stamp, "files": kept}, separators=(",", ":")))
     return headers
