@@ -12,29 +12,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from archsim.cli import add_memory_argument, add_trace_arguments, positive_int
+from archsim.cli import add_memory_argument, add_trace_arguments
 from archsim.commands import multichip
+from archsim.commands.run import add_shape_arguments
 from archsim.errors import UsageError
-from archsim.spec.common import Precision
+from archsim.spec.library import Library
 
 if TYPE_CHECKING:
     from archsim.results.records import RunResult
     from archsim.results.timeline import Timeline
-    from archsim.spec.library import Library
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``TARGET WORKLOAD`` and the run options on ``parser``: ``archsim run``'s, multi-chip ones included."""
     parser.add_argument("target", help="chip or system name, alias or YAML path")
     parser.add_argument("workload", help="model name, trace file or gemm:MxNxK")
-    parser.add_argument("--mode", choices=["train", "infer", "prefill", "decode", "generate"], default="infer")
-    parser.add_argument("--batch", type=positive_int, default=None)
-    parser.add_argument("--precision", choices=[p.value for p in Precision], default=None)
-    parser.add_argument("--seq-len", type=positive_int, default=None)
-    parser.add_argument(
-        "--prompt-len", type=positive_int, default=None, help="prefill, decode, generate: prompt tokens"
-    )
-    parser.add_argument("--gen-len", type=positive_int, default=None, help="decode, generate: tokens generated")
+    add_shape_arguments(parser)
     add_trace_arguments(parser)
     add_memory_argument(parser)
     multichip.add_arguments(parser)
@@ -46,19 +39,8 @@ def simulate_run(args: argparse.Namespace) -> tuple[RunResult, Library, Timeline
     The timeline is recorded so that the timeline figure shows the links' lanes as the Perfetto export
     does; ``--timeline FILE`` also writes it there, as ``archsim run`` does.
     """
-    from archsim.results.timeline import write_timeline
-    from archsim.run.observers import TimelineRecorder
-    from archsim.run.request import RunRequest
-    from archsim.run.runner import run
-    from archsim.spec.library import Library
-
     library = Library(args.lib)
-    request = RunRequest.of(args.target, args.workload, **multichip.request_options(args))
-    recorder = TimelineRecorder()
-    result = run(request, library, observers=[recorder])
-    timeline = recorder.timeline.at_clock(result.clock_scale)
-    if args.timeline is not None:
-        write_timeline(timeline, args.timeline)
+    result, timeline = multichip.record_args(args, library)
     return result, library, timeline
 
 

@@ -2,7 +2,8 @@
 
 Kept apart from :mod:`archsim.commands.run` so that ``run`` only wires them in: :func:`add_arguments`
 registers the options, :func:`simulate_args` runs what they ask for (writing ``--timeline`` before
-anything is printed, so a failed write leaves standard output empty) and :func:`summary_lines` prints
+anything is printed, so a failed write leaves standard output empty; :func:`record_args` does it for
+``plot`` and ``report``, which always record the timeline) and :func:`summary_lines` prints
 the multi-chip part of the human summary.
 """
 
@@ -14,7 +15,7 @@ from typing import Any
 from archsim.cli import positive_int
 from archsim.errors import UnitError
 from archsim.results.records import RunResult
-from archsim.results.timeline import write_timeline
+from archsim.results.timeline import Timeline, write_timeline
 from archsim.run.request import RunRequest
 from archsim.run.runner import run
 from archsim.spec.library import Library
@@ -135,15 +136,21 @@ def request_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def simulate_args(args: argparse.Namespace) -> RunResult:
     """Run ``archsim run ARGS`` and write its timeline if asked; returns the result to print."""
-    request = RunRequest.of(args.target, args.workload, **request_options(args))
     if args.timeline is None:
-        return run(request, Library(args.lib))
-    from archsim.run.observers import TimelineRecorder  # only a run that writes a timeline records one
+        return run(RunRequest.of(args.target, args.workload, **request_options(args)), Library(args.lib))
+    return record_args(args, Library(args.lib))[0]
+
+
+def record_args(args: argparse.Namespace, library: Library) -> tuple[RunResult, Timeline]:
+    """Run what the options ask for with its timeline recorded (at the run's clock); write it to ``--timeline``."""
+    from archsim.run.observers import TimelineRecorder  # only a run that records a timeline needs one
 
     recorder = TimelineRecorder()
-    result = run(request, Library(args.lib), observers=[recorder])
-    write_timeline(recorder.timeline.at_clock(result.clock_scale), args.timeline)
-    return result
+    result = run(RunRequest.of(args.target, args.workload, **request_options(args)), library, observers=[recorder])
+    timeline = recorder.timeline.at_clock(result.clock_scale)
+    if args.timeline is not None:
+        write_timeline(timeline, args.timeline)
+    return result, timeline
 
 
 def scaling_line(result: RunResult) -> str:

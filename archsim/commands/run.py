@@ -19,6 +19,17 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     parser = sub.add_parser("run", parents=[common], help=HELP["run"])
     parser.add_argument("target", help="chip name, alias or YAML path (or a SCALE-Sim CONFIG.cfg)")
     parser.add_argument("workload", help="model name, trace file or gemm:MxNxK (or a SCALE-Sim TOPOLOGY.csv)")
+    add_shape_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    add_trace_arguments(parser)
+    add_memory_argument(parser)
+    multichip.add_arguments(parser)
+    training.add_arguments(parser)
+    parser.set_defaults(handler=run)
+
+
+def add_shape_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register what one run is: mode, batch, precision, sequence lengths (``run``, ``plot`` and ``report``)."""
     parser.add_argument(
         "--mode",
         choices=[m.value for m in Mode],
@@ -43,12 +54,6 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--gen-len", type=positive_int, default=None, help="decode, generate: tokens generated per sequence (128)"
     )
-    parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
-    add_trace_arguments(parser)
-    add_memory_argument(parser)
-    multichip.add_arguments(parser)
-    training.add_arguments(parser)
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
