@@ -303,6 +303,20 @@ def test_a_conv_attribute_of_the_wrong_type_is_one_line(tmp_path: Path, name: st
     assert "\n" not in info.value.line()
 
 
+def test_a_pool_window_of_the_wrong_type_is_one_line(tmp_path: Path) -> None:
+    # the fuzz test's find: a MaxPool's kernel_shape whose type byte became FLOAT (its ints kept, so
+    # ONNX's shape inference still reads them) came back as the float 0.0, and the window a TypeError
+    model = small_cnn_model()
+    pool = next(node for node in model.graph.node if node.op_type == "MaxPool")
+    (attr,) = [attr for attr in pool.attribute if attr.name == "kernel_shape"]
+    attr.type = onnx.AttributeProto.FLOAT
+    path = save(model, tmp_path / "bad_pool.onnx")
+    with pytest.raises(SpecError) as info:
+        import_onnx(path, Mode.INFER, 2, Precision.FP16, None)
+    assert "node 'pool': kernel_shape: expected" in info.value.line()
+    assert "\n" not in info.value.line()
+
+
 def test_a_graph_name_that_is_not_utf8_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # the fuzz test's later find: a graph name of invalid UTF-8 reached the run's error bars as bytes
     from onnx import TensorProto, helper

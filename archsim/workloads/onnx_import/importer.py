@@ -318,7 +318,8 @@ class Importer:
             flops = x.elements
             rule = BackwardRule((), x.elements)
         else:
-            window = math.prod(node_attrs(node).get("kernel_shape", [1]))
+            shape = node_attrs(node).get("kernel_shape", [1])
+            window = math.prod(self.int_list(node, "kernel_shape", shape, len(shape) if isinstance(shape, list) else 1))
             if node.op_type == "MaxPool":
                 flops, rule = (window - 1) * outputs, BackwardRule((reads[0].name, out.name), outputs)
             else:
