@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from archsim.engine.collectives import resolve_algorithm, simulate_collective
 from archsim.engine.parallel import CommPlan
 from archsim.errors import LimitError, UsageError
+from archsim.limits import check_nodes
 from archsim.models.collective_cost import COLLECTIVES, CallPlan, bus_factor, plan_call
 from archsim.models.interconnect import Fabric
 from archsim.run.target import fabric_for
@@ -169,8 +170,7 @@ def collective(
     ``algorithm``: ring, tree, hierarchical or torus instead of the library's choice.
     """
     _check(op, sizes)
-    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
-        raise UsageError("", "--nodes", f"must be a positive integer, got {nodes!r}")
+    check_nodes(nodes)
     library = library or Library(search_path)
     entry = library.find(["system"], system)
     source = entry.source

@@ -33,6 +33,7 @@ limit                      value                why
 ``MAX_SCHEDULED_FOLDS``    10,000,000           folds of one layer scheduled one by one (SCALE-Sim ``USER``
                                                 bandwidth mode keeps 32 bytes per fold)
 ``MAX_SYSTEM_CHIPS``       65,536               chips in one system description (a TPU v4 pod has 4,096)
+``MAX_NODES``              4,096                copies of a system a run or a collective scales out to
 ``MAX_GRAPH_SEARCH_STEPS`` 1,000,000            steps of the ring search in a ``graph`` level of a system
 ``MAX_LIBRARY_FILES``      10,000               YAML files indexed under one search-path folder
 ``MAX_LIBRARY_ENTRIES``    200,000              directory entries walked under one search-path folder
@@ -48,7 +49,7 @@ import os
 import stat
 from pathlib import Path
 
-from archsim.errors import LimitError, LookupFailed, SpecError
+from archsim.errors import LimitError, LookupFailed, SpecError, UsageError
 
 MAX_FILE_BYTES = 64 * 2**20
 """Largest description, trace or baseline file archsim reads (64 MiB)."""
@@ -82,6 +83,9 @@ MAX_GRAPH_SEARCH_STEPS = 1_000_000
 """Most steps of the exhaustive search for rings in a ``graph`` level of a system (about 2 s)."""
 MAX_SYSTEM_CHIPS = 65_536
 """Most chips in one system description (16 times the largest built-in pod)."""
+MAX_NODES = 4096
+"""Most copies of a system one run or one collective scales out to: the scale-out tier's rings take
+``nodes`` steps, and 4,096 DGX A100s price a 1 MiB and a 1 GiB ring all-reduce in about 11 s."""
 MAX_LINKS = 1_024
 """Most parallel links of one member, pair or node port in a system description (a DGX H100 GPU has
 18 NVLink ports): each is a resource the engine keeps, so a count beyond this could not be simulated
@@ -114,6 +118,16 @@ def check_count(value: int, limit: int, source: str, field: str) -> None:
     """Raise LimitError when ``value`` exceeds ``limit``."""
     if value > limit:
         raise LimitError(source, field, f"{value} exceeds the limit of {limit}")
+
+
+def check_nodes(nodes: object) -> None:
+    """Refuse ``--nodes`` (``nodes=``) unless it is None or an integer in ``1 .. MAX_NODES``."""
+    if nodes is None:
+        return
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise UsageError("", "--nodes", f"must be a positive integer, got {nodes!r}")
+    if nodes > MAX_NODES:
+        raise LimitError("", "--nodes", f"must be at most {MAX_NODES}")
 
 
 def check_trace_ops(count: int, source: str, what: str = "ops") -> None:

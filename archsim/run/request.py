@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from archsim.engine.options import Schedule
 from archsim.errors import LimitError, UsageError
-from archsim.limits import MAX_ARGUMENT
+from archsim.limits import MAX_ARGUMENT, check_nodes
 from archsim.spec.common import Fusion, Precision, StreamingMemory
 from archsim.spec.software import Rewrite, SoftwareSpec
 from archsim.stack import PADDING_REWRITES, check_name, stack_options
@@ -26,9 +26,6 @@ from archsim.workloads.options import Padding, Recompute, TraceOptions
 from archsim.workloads.trace import Mode
 from archsim.workloads.transforms import DEFAULT_BUCKET_BYTES
 from archsim.workloads.zero import ZERO_STAGES
-
-MAX_NODES = 4096
-"""Most copies of a system one run scales out to (the scale-out tier's rings take ``nodes`` steps)."""
 
 E = TypeVar("E", bound=enum.Enum)
 
@@ -196,8 +193,8 @@ class Layout:
         bn_group: int = 1,
     ) -> Layout:
         """A checked layout; ``collective`` ``auto`` is the system's default, as None is."""
+        check_nodes(nodes)
         counts = (
-            ("--nodes", nodes),
             ("--pipeline-stages", pipeline_stages),
             ("--microbatches", microbatches),
             ("--tensor-parallel", tensor_parallel),
@@ -209,8 +206,6 @@ class Layout:
             isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) or bucket_bytes < 1
         ):
             raise UsageError("", "--bucket-size", f"must be a positive number of bytes, got {bucket_bytes!r}")
-        if nodes is not None and nodes > MAX_NODES:
-            raise LimitError("", "--nodes", f"must be at most {MAX_NODES}")
         check_count(tensor_parallel, "--tensor-parallel")
         check_count(expert_parallel, "--expert-parallel")
         check_count(bn_group, "--bn-group")

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 import archsim
-from archsim.errors import SpecError
+from archsim.errors import LimitError, SpecError
 from archsim.spec.library import Library, builtin_roots
 from tests.cli import run_cli
 
@@ -183,3 +183,12 @@ def test_system_naming_an_unknown_library_is_refused(tmp_path: Path) -> None:
     (tmp_path / "odd.yaml").write_text(yaml.safe_dump(data))
     with pytest.raises(SpecError, match="collective_library: mpi: unknown collective-library"):
         Library([tmp_path]).system("dgx-odd")
+
+
+def test_issue35_13_collective_nodes_capped(capsys: pytest.CaptureFixture[str]) -> None:
+    # as archsim run: 4,096 copies at most, refused before pricing (10 million took over a minute)
+    code, out, err = run_cli(capsys, "collective", "dgx-a100", "all-reduce", "1MiB", "--nodes", "4097")
+    assert (code, out, err) == (2, "", "archsim: error: --nodes: must be at most 4096\n")
+    with pytest.raises(LimitError, match="--nodes: must be at most 4096"):
+        archsim.collective("dgx-a100", "all-reduce", [2**20], nodes=10_000_000)
+    assert archsim.collective("dgx-a100", "all-reduce", [2**20], nodes=4096)[0].nodes == 4096
