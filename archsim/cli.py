@@ -10,10 +10,11 @@ import argparse
 import contextlib
 import gc
 import importlib
+import io
 import os
 import sys
 from collections.abc import Callable, Collection, Iterator, Sequence
-from typing import NoReturn
+from typing import IO, Any, NoReturn
 
 from archsim import __version__
 from archsim.errors import ArchsimError, UsageError
@@ -178,11 +179,34 @@ def command_of(argv: Sequence[str]) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``archsim`` console script."""
+    """Entry point of the ``archsim`` console script (``argv`` None), or of one command in-process.
+
+    As the program, it first takes the standard streams as :func:`_standard_streams` says, and exits 2
+    naming ``<stdout>`` if what it printed did not all reach standard output (``--help`` included).
+    """
+    if argv is not None:
+        return _main(list(argv), program=False)
     try:
-        words = sys.argv[1:] if argv is None else list(argv)
+        stdout = _standard_streams()
+    except ArchsimError as err:
+        print(f"archsim: error: {err.line()}", file=sys.stderr)
+        return 2
+    try:
+        code = _main(sys.argv[1:], program=True)
+    except SystemExit as stop:  # argparse's --help and --version
+        code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+    with contextlib.suppress(OSError):
+        sys.stdout.flush()
+    if stdout.error is not None and code == 0:  # a failed write that was swallowed (argparse does)
+        return _failed(stdout.error)
+    return code
+
+
+def _main(words: list[str], program: bool) -> int:
+    """Parse ``words``, run the subcommand; input errors and a failing environment become one line and 2."""
+    try:
         command = command_of(words)
-        with _long_lived_imports(program=argv is None):
+        with _long_lived_imports(program=program):
             parser = build_parser([] if command is None else [command])
         args = parser.parse_args(words)
         handler: Callable[[argparse.Namespace], int] = args.handler
@@ -194,18 +218,88 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:
-        # the reader (e.g. `| head`) went away: stop quietly, as other Unix tools do
-        _discard_stdout()
-        return 141
     except OSError as err:
-        # the environment failed (standard output on a full device, a file that vanished): writes of
-        # files are atomic and raise ArchsimError, so what is left is reported in one line too
-        _discard_stdout()
-        where = err.filename if err.filename is not None else "<stdout>"
-        line = UsageError(os.fsdecode(where), "", f"{err.strerror or err}").line()
-        print(f"archsim: error: {line}", file=sys.stderr)
-        return 2
+        return _failed(err)
+
+
+def _failed(err: OSError) -> int:
+    """Report a failing environment in one line, the exit status it gives.
+
+    Standard output on a full device, a file that vanished: writes of files are atomic and raise
+    ArchsimError, so what is left is reported in one line too. A reader that went away (``| head``)
+    stops the command quietly, as other Unix tools do (141, as a shell shows SIGPIPE).
+    """
+    _discard_stdout()
+    if isinstance(err, BrokenPipeError):
+        return 141
+    where = err.filename if err.filename is not None else "<stdout>"
+    line = UsageError(os.fsdecode(where), "", f"{err.strerror or err}").line()
+    print(f"archsim: error: {line}", file=sys.stderr)
+    return 2
+
+
+class _Output(io.FileIO):
+    """Standard output's file: remembers the first write that failed, even where a caller swallows it."""
+
+    error: OSError | None = None
+
+    def write(self, data: Any) -> int:
+        """Write ``data`` to the descriptor; a failure is remembered, then raised."""
+        try:
+            return super().write(data) or 0
+        except OSError as err:
+            self.error = self.error or err
+            raise
+
+
+class _Diagnostics(io.FileIO):
+    """Standard error's file: what it cannot take (closed, full) is discarded, never an error."""
+
+    def write(self, data: Any) -> int:
+        """Write ``data`` to the descriptor, or drop it where that fails."""
+        try:
+            return super().write(data) or 0
+        except OSError:
+            return memoryview(data).nbytes
+
+
+def _standard_streams() -> _Output:
+    """Take the program's standard streams, by one rule; the file standard output now writes to.
+
+    * A closed descriptor 0, 1 or 2 is first opened on the null device, so that no file archsim
+      opens gets its number (a file opened as descriptor 1 would receive what is printed).
+    * Standard output closed (``>&-``) is refused before anything runs: a result printed nowhere
+      is lost. Characters its encoding cannot show (``PYTHONIOENCODING=ascii`` and a trace named
+      in Cyrillic) are written as backslash escapes, as Python writes them to standard error, and a
+      write that fails is remembered (:class:`_Output`), so the command exits 2 naming
+      ``<stdout>`` rather than 0 having written nothing.
+    * Standard error carries diagnostics only (progress, the one error line): closed or full, it
+      discards them (:class:`_Diagnostics`) and the work goes on; the exit status still says how
+      the command ended.
+    """
+    closed = set()
+    for fd, flags in ((0, os.O_RDONLY), (1, os.O_WRONLY), (2, os.O_WRONLY)):
+        try:
+            os.fstat(fd)
+        except OSError:
+            closed.add(fd)
+            null = os.open(os.devnull, flags)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+    sys.stderr = _text(_Diagnostics(2, "w", closefd=False), sys.stderr, errors="backslashreplace")
+    if 1 in closed:
+        raise UsageError("<stdout>", "", "standard output is closed: the result would be lost")
+    output = _Output(1, "w", closefd=False)
+    sys.stdout = _text(output, sys.stdout, errors="backslashreplace")
+    return output
+
+
+def _text(raw: io.FileIO, before: IO[str] | None, errors: str) -> io.TextIOWrapper:
+    """A text stream over ``raw``, with the encoding and buffering of the stream it replaces."""
+    encoding = getattr(before, "encoding", None) or "utf-8"
+    line_buffering = bool(getattr(before, "line_buffering", False)) or raw.isatty()
+    return io.TextIOWrapper(io.BufferedWriter(raw), encoding=encoding, errors=errors, line_buffering=line_buffering)
 
 
 @contextlib.contextmanager
