@@ -148,7 +148,10 @@ def read_config(path: str | Path) -> ScaleSimConfig:
 
     def get(section: str, key: str, default: str | None = None) -> str:
         if parser.has_option(section, key):
-            return parser.get(section, key).strip()
+            try:
+                return parser.get(section, key).strip()
+            except configparser.InterpolationError as err:  # SCALE-Sim's parser interpolates %(name)s too
+                raise SpecError(source, f"{section}.{key}", _interpolation_problem(err)) from None
         if default is None:
             raise SpecError(source, f"{section}.{key}", "missing")
         return default
@@ -183,6 +186,17 @@ def read_config(path: str | Path) -> ScaleSimConfig:
         dataflow=dataflow,
         user_bandwidth=bandwidth,
     )
+
+
+def _interpolation_problem(err: configparser.InterpolationError) -> str:
+    """What is wrong with a value's ``%`` interpolation, in one line."""
+    if isinstance(err, configparser.InterpolationMissingOptionError):
+        problem = f"%({err.reference})s names no key of its section"
+    elif isinstance(err, configparser.InterpolationDepthError):
+        problem = "%(...)s references nest too deep"
+    else:
+        problem = err.message.splitlines()[0]
+    return f"{problem} (a percent sign is written %%)"
 
 
 def _fields(line: str) -> list[str]:

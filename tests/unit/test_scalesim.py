@@ -247,3 +247,24 @@ def test_user_bandwidth_runs_are_flagged_not_exact(
     # the 1x1 layer streams 401,408 ifmap words through a 10-word port: at least 40,141 cycles
     assert result["layers"][2]["cycles"] >= 401_408 / 10
     assert result["layers"][2]["stall_cycles"] > 0
+
+
+@pytest.mark.parametrize(
+    ("run_name", "printed"),
+    [
+        ("100%", "'%' must be followed by '%' or '(', found: '%' (a percent sign is written %%)"),
+        ("%(nope)s", "%(nope)s names no key of its section (a percent sign is written %%)"),
+        ("100%%", None),  # read as SCALE-Sim's configparser reads it: 100%
+    ],
+)
+def test_issue35_16_percent_in_a_cfg_is_read_as_scalesim_does(
+    capsys: pytest.CaptureFixture[str], files: tuple[Path, Path], run_name: str, printed: str | None
+) -> None:
+    directory, topology = files
+    config = directory / "percent.cfg"
+    config.write_text(config_text().replace("run_name = test", f"run_name = {run_name}"))
+    code, out, err = run_cli(capsys, "scalesim", str(config), str(topology))
+    if printed is None:
+        assert code == 0 and out.startswith("100%: 32x32 os"), err
+    else:
+        assert (code, out, err) == (2, "", f"archsim: error: {config}: general.run_name: {printed}\n")
