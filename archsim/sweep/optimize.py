@@ -207,6 +207,20 @@ def _sampler(name: str, seed: int, batch: int) -> optuna.samplers.BaseSampler:
     return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(2, batch))
 
 
+MAX_SEED = 2**32 - 1
+"""Largest seed a sampler takes (Optuna seeds numpy's ``RandomState``, whose seeds are 32-bit)."""
+
+
+def _check_seed(seed: object, batches: int) -> None:
+    """Refuse a seed the samplers cannot take: batch ``k`` (of ``batches``) is seeded with ``seed + k``."""
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise UsageError("", "--seed", f"must be an integer, got {seed!r}")
+    highest = MAX_SEED - (batches - 1)
+    if not 0 <= seed <= highest:
+        why = "" if batches == 1 else f" (its {batches} batches are seeded with --seed plus their number)"
+        raise UsageError("", "--seed", f"must be between 0 and {highest}{why}, got {seed}")
+
+
 def _check_settings(folder: Path, settings: Settings) -> None:
     path = folder / SETTINGS_FILE
     if path.exists():
@@ -249,6 +263,7 @@ def optimize(
     for flag, value in (("--trials", trials), ("--batch", batch)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UsageError("", flag, f"must be a positive integer, got {value!r}")
+    _check_seed(seed, -(-trials // batch))
     folders = _search_path(search_path)
     spec, source = _load(sweep, folders)
     library = worker_library(folders)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from archsim.errors import UsageError
 from archsim.sweep import optimize, run_sweep
 from tests.cli import run_cli
 
@@ -104,3 +105,25 @@ def test_bad_input_is_one_line(
     assert err.startswith("archsim: error: ")
     assert problem in err
     assert not (tmp_path / "bad").exists()
+
+
+@pytest.mark.parametrize(
+    ("seed", "trials", "problem"),
+    [
+        ("-1", "2", "must be between 0 and 4294967295, got -1"),
+        ("4294967296", "2", "must be between 0 and 4294967295, got 4294967296"),
+        # batch k is seeded with seed + k: three batches of 2 reach seed + 2
+        ("4294967294", "6", "must be between 0 and 4294967293 (its 3 batches are seeded with --seed plus"),
+    ],
+)
+def test_issue35_17_a_seed_the_samplers_cannot_take_is_refused_before_writing(
+    space: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], seed: str, trials: str, problem: str
+) -> None:
+    out = tmp_path / "search"
+    arguments = ["--objective", "throughput", "--trials", trials, "--batch", "2", "--seed", seed, "--out", str(out)]
+    code, stdout, err = run_cli(capsys, "optimize", space, *arguments)
+    assert (code, stdout) == (2, "")
+    assert err.startswith(f"archsim: error: --seed: {problem}") and err.count("\n") == 1
+    assert not out.exists()
+    with pytest.raises(UsageError, match="--seed: must be an integer"):
+        optimize(space, out, ["throughput"], seed=1.5)  # type: ignore[arg-type]
