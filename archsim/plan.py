@@ -2,8 +2,10 @@
 
 What Calculon's optimizer does for Megatron-style training, with the simulator as the judge. For a
 decoder language model, a system (with ``nodes`` copies) and a global batch, :func:`layouts`
-enumerates every layout that tiles the chips: tensor parallel ``T`` (dividing the first tier, so a
-group never leaves its NVLink or IPU-Link domain), pipeline stages ``P`` (at most the model's
+enumerates every layout that tiles the chips and that a run accepts (the run's own check,
+:func:`archsim.models.placement.place`, so no simulation is spent on a layout it would refuse):
+tensor parallel ``T`` (dividing the first tier, so a group never leaves its NVLink or IPU-Link
+domain, and splitting the model's heads), pipeline stages ``P`` (at most the model's
 layers), data parallel ``D = chips / (T P)`` dividing the global batch, a micro-batch size ``b``
 dividing the replica's batch (``m = B / (D b)`` microbatches), ZeRO stage, recomputation, and
 sequence parallelism where ``T > 1``; for a mixture of experts also expert parallel ``E`` (dividing
@@ -41,6 +43,7 @@ from typing import Any
 
 from archsim.errors import CapacityError, UsageError
 from archsim.memory_fit import capacity_bytes
+from archsim.models.placement import place
 from archsim.results.records import RunResult
 from archsim.run.request import choice
 from archsim.run.target import fabric_for, resolve
@@ -167,15 +170,24 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def layouts(chips: int, first_tier: int, layers: int, global_batch: int, experts: int = 1) -> Iterator[Layout]:
+def layouts(
+    chips: int,
+    first_tier: int,
+    layers: int,
+    global_batch: int,
+    experts: int = 1,
+    accepts: Callable[[int, int], bool] | None = None,
+) -> Iterator[Layout]:
     """Every layout of ``chips`` that tiles them and splits ``global_batch`` (see the module docstring).
 
-    ``experts``: the model's experts per mixture (1: a dense model, no expert parallelism).
+    ``experts``: the model's experts per mixture (1: a dense model, no expert parallelism);
+    ``accepts(tp, pp)``: whether a run takes ``tp``-chip tensor-parallel groups in ``pp`` stages on the
+    system and model (:func:`plan` asks the run's own check); a layout it refuses is not one.
     """
     for tp in divisors(first_tier):
         for pp in divisors(chips // tp) if chips % tp == 0 else []:
             dp = chips // (tp * pp)
-            if pp > layers or global_batch % dp:
+            if pp > layers or global_batch % dp or (accepts is not None and not accepts(tp, pp)):
                 continue
             replica = global_batch // dp
             shared = [ep for ep in divisors(dp) if experts % ep == 0] if experts > 1 else [1]
@@ -290,7 +302,19 @@ def plan(
     candidates: list[tuple[float, int, Layout]] = []
     order = {name: i for i, name in enumerate(RECOMPUTE)}
     experts = 1 if decoder.moe is None else decoder.moe.experts
-    for layout in layouts(chips, first_tier, decoder.layers, global_batch, experts):
+    accepted: dict[tuple[int, int], bool] = {}
+
+    def accepts(tp: int, pp: int) -> bool:
+        """Whether a run would place ``tp`` x ``pp`` (the run's own check, so no run is spent on a refusal)."""
+        if (tp, pp) not in accepted:
+            try:
+                place(fabric, pp, resolved.source, tp, (workload, decoder))
+                accepted[tp, pp] = True
+            except UsageError:
+                accepted[tp, pp] = False
+        return accepted[tp, pp]
+
+    for layout in layouts(chips, first_tier, decoder.layers, global_batch, experts, accepts):
         report.enumerated += 1
         if memory_bound(layout, parameters, per_parameter, expert_parameters(decoder)) > capacity:
             report.over_memory_bound += 1

@@ -22,9 +22,13 @@ member of the tier does the same thing at the same time on its own links.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from archsim.errors import UsageError
 from archsim.models.interconnect import Fabric, Tier
+
+if TYPE_CHECKING:
+    from archsim.spec.model import DecoderSection
 
 
 @dataclass(frozen=True)
@@ -99,10 +103,54 @@ class Placement:
         ]
 
 
-def place(fabric: Fabric, stages: int, source: str = "", tensor_parallel: int = 1) -> Placement:
+Model = tuple[str, "DecoderSection"]
+"""A decoder model a layout splits: the name its refusals give, and its decoder section."""
+
+
+def tensor_parallel_fits(fabric: Fabric, model: DecoderSection | None = None) -> list[int]:
+    """The tensor-parallel degrees ``fabric`` allows, ascending, and of those the ones ``model`` splits into.
+
+    A group is consecutive chips of the first tier, so its size divides the tier's (a group never leaves
+    its NVLink or IPU-Link domain); a decoder's heads, key/value heads and feed-forward size must split
+    over it (:func:`~archsim.workloads.decoder.tensor_parallel_problem`).
+    """
+    first_size = fabric.tiers[0].size if fabric.tiers else 1
+    fits = [d for d in range(1, first_size + 1) if first_size % d == 0]
+    if model is None:
+        return fits
+    from archsim.workloads.decoder import tensor_parallel_problem  # only where a model is split
+
+    return [d for d in fits if tensor_parallel_problem(model, d) is None]
+
+
+def check_tensor_parallel(fabric: Fabric, tensor_parallel: int, source: str, model: Model | None = None) -> None:
+    """Refuse (one line, naming the degrees that would do) a tensor-parallel group the fabric or model cannot take."""
+    t = tensor_parallel
+    if t == 1:
+        return
+    first = fabric.tiers[0] if fabric.tiers else None
+    first_size = first.size if first is not None else 1
+    fits = ", ".join(map(str, tensor_parallel_fits(fabric, None if model is None else model[1])))
+    if first_size % t:
+        where = f"its first tier ({first.name}, {first_size} chips)" if first is not None else "it (1 chip)"
+        raise UsageError(source, "--tensor-parallel", f"{t} chips must divide {where} of {fabric.system}; {fits} would")
+    if model is not None:
+        from archsim.workloads.decoder import tensor_parallel_problem
+
+        problem = tensor_parallel_problem(model[1], t)
+        if problem is not None:
+            where = f"{first.name} of {first_size} chips" if first is not None else "1 chip"
+            raise UsageError(model[0], "--tensor-parallel", f"{problem}; {fits} would on {fabric.system} ({where})")
+
+
+def place(
+    fabric: Fabric, stages: int, source: str = "", tensor_parallel: int = 1, model: Model | None = None
+) -> Placement:
     """Place tensor-parallel groups, then a pipeline of ``stages``, along the tiers; replicate the rest.
 
-    Raises UsageError naming what would fit when the groups or the pipeline do not tile the tiers.
+    Raises UsageError naming what would fit when the groups (of the decoder ``model``, if given: its
+    heads must split too) or the pipeline do not tile the tiers. The one check of a layout's shape:
+    a run refuses what it raises, and ``archsim plan`` never simulates such a layout.
     """
     source = source or fabric.system
     if stages < 1:
@@ -112,9 +160,7 @@ def place(fabric: Fabric, stages: int, source: str = "", tensor_parallel: int = 
     first = tiers[0] if tiers else None
     first_size = first.size if first is not None else 1
     where = f"its first tier ({first.name}, {first_size} chips)" if first is not None else "it (1 chip)"
-    if t > 1 and first_size % t:
-        fits = ", ".join(str(d) for d in range(1, first_size + 1) if first_size % d == 0)
-        raise UsageError(source, "--tensor-parallel", f"{t} chips must divide {where} of {fabric.system}; {fits} would")
+    check_tensor_parallel(fabric, t, source, model)
     if t == 1 and stages > 1 and first_size % stages and stages % first_size:
         problem = f"{stages} stages must divide the chips joined by {where} of {fabric.system}, or be a multiple"
         raise UsageError(source, "--pipeline-stages", problem)

@@ -30,7 +30,7 @@ from archsim.spec.efficiency import Efficiency
 from archsim.spec.library import Library
 from archsim.spec.software import SoftwareSpec
 from archsim.stack import planned_software, stack_options
-from archsim.workloads import build_trace, microbatch_trace
+from archsim.workloads import build_trace, microbatch_trace, model_decoder
 from archsim.workloads.memory import trace_recompute, update_only_bytes
 from archsim.workloads.options import Recompute
 from archsim.workloads.padding import check_left_out
@@ -142,7 +142,8 @@ def build(request: RunRequest, library: Library) -> BuiltRun:
         from archsim.models.placement import place  # the multi-chip modules: not loaded for one chip
 
         fabric = fabric_for(system, library, options.nodes, target.source)
-        placement = place(fabric, layout.pipeline_stages, target.source, layout.tensor_parallel)
+        model = model_decoder(request.workload, library) if layout.tensor_parallel > 1 else None
+        placement = place(fabric, layout.pipeline_stages, target.source, layout.tensor_parallel, model)
         check_tiles(layout.expert_parallel, placement.data_parallel, "--expert-parallel", target.source)
         check_bn_group(layout.bn_group, placement.data_parallel, layout.pipeline_stages, target.source)
     seq_len = request.trace_seq_len

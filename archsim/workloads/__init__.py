@@ -317,15 +317,7 @@ def _build(
             raise UsageError(workload, "", f"{problem} (archsim run SYSTEM FILE, no --pipeline-stages)")
         checked = batch if fixed_batch_checked else None
         return _file_trace(chakra, workload, mode, checked, precision, seq_len), True
-    if workload.endswith((".yaml", ".yml")) or os.sep in workload:
-        from archsim.workloads.traceio import read_description
-
-        # read here rather than in Library.find, so that a large trace file is parsed fast, once
-        entry = Entry(Path(workload), read_description(Path(workload)))
-        if entry.kind not in ("model", "trace"):
-            raise SpecError(workload, "kind", f"is {entry.kind!r}, expected model or trace")
-    else:
-        entry = library.find(["model", "trace"], workload)
+    entry = _description(workload, library)
     if entry.kind == "trace":
         from archsim.workloads.traceio import trace_from_data
 
@@ -336,6 +328,35 @@ def _build(
     spec: ModelSpec = library.spec(entry)
     padding = unpadded(library, spec, mode, seq_len, options)
     return _model_trace(spec, workload, mode, batch, precision, seq_len, options, padding), False
+
+
+def _description(workload: str, library: Library) -> Entry:
+    """The model or trace description ``workload`` names (a name on the search path or a file)."""
+    if workload.endswith((".yaml", ".yml")) or os.sep in workload:
+        from archsim.workloads.traceio import read_description
+
+        # read here rather than in Library.find, so that a large trace file is parsed fast, once
+        entry = Entry(Path(workload), read_description(Path(workload)))
+        if entry.kind not in ("model", "trace"):
+            raise SpecError(workload, "kind", f"is {entry.kind!r}, expected model or trace")
+        return entry
+    return library.find(["model", "trace"], workload)
+
+
+def model_decoder(workload: str, library: Library) -> tuple[str, DecoderSection] | None:
+    """The decoder model ``workload`` names, as its refusals name it, or None where it names none.
+
+    None for an inline product or convolution, an ONNX or Chakra file, a trace, or a model of
+    another architecture: what a layout's tensor-parallel check (:func:`archsim.models.placement.place`)
+    splits.
+    """
+    if any(inline(workload) for inline in (is_gemm, is_conv, is_onnx, is_chakra)):
+        return None
+    entry = _description(workload, library)
+    if entry.kind != "model":
+        return None
+    spec: ModelSpec = library.spec(entry)
+    return None if spec.decoder is None else (workload, spec.decoder)
 
 
 def _built_already(source: str, options: TraceOptions) -> None:

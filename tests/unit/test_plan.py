@@ -222,3 +222,13 @@ def test_plan_runs_the_simulator_end_to_end(capsys: pytest.CaptureFixture[str]) 
         assert 0 < run["mfu"] <= 1
     code, out, _ = run_cli(capsys, "plan", "dgx-a100", "gpt2", "--global-batch", "16", "--max-runs", "4")
     assert code == 0 and "TP " in out and "not exhaustive" in out
+
+
+def test_issue35_19_plan_spends_no_run_on_a_layout_the_run_refuses(library: Library) -> None:
+    # gpt2's 12 heads do not split over 8 chips: TP 8 is never simulated, so two runs find TP 4 x PP 2
+    calls: list[dict[str, Any]] = []
+    report = plan("dgx-a100", "gpt2", 7, library, max_runs=2, simulate=_fake(calls))
+    assert {call["tensor_parallel"] for call in calls} <= {1, 2, 4}
+    assert report.refused == 0 and report.best
+    every = list(layouts(8, 8, 12, 7))
+    assert report.enumerated == sum(layout.tensor_parallel != 8 for layout in every) < len(every)

@@ -109,7 +109,7 @@ def test_refusals_name_what_would_fit(capsys: pytest.CaptureFixture[str]) -> Non
     cases = [
         (("dgx-a100", "gpt3-1.3b", "--tensor-parallel", "3"), "1, 2, 4, 8 would"),
         (("dgx-a100", "gpt3-1.3b", "--tensor-parallel", "8", "--pipeline-stages", "2", "--nodes", "3"), "1, 3 would"),
-        (("dgx-h100", "gpt3-125m", "--tensor-parallel", "8"), "1, 2, 3, 4, 6, 12 would"),
+        (("dgx-h100", "gpt3-125m", "--tensor-parallel", "8"), "1, 2, 4 would on dgx-h100 (node of 8 chips)"),
         (("dgx-a100", "resnet50", "--tensor-parallel", "2"), "decoder language models only"),
         (("a100-80gb", "gpt3-125m", "--tensor-parallel", "2"), "needs a multi-chip system"),
         (("dgx-a100", "gpt3-125m", "--sequence-parallel"), "give --tensor-parallel"),
@@ -216,3 +216,14 @@ def test_in_stream_collectives_count_as_communication(library: Library) -> None:
     plain = simulate("dgx-a100", "gpt3-1.3b", "train", 4, seq_len=512, tensor_parallel=4, library=library)
     # the in-stream calls are counted once: their ops, plus what the links expose
     assert plain.exposed_comm_s == pytest.approx(plain.time_by_bound["communication"], rel=1e-9)
+
+
+def test_issue35_20_tensor_parallel_suggestions_divide_the_node_and_the_heads(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # gpt2's 12 heads split over 1, 2, 3, 4, 6, 12 chips, a DGX A100 node over 1, 2, 4, 8: both hold for 1, 2, 4
+    for degree, where in (("8", "gpt2"), ("3", "interconnect/systems/dgx-a100.yaml")):
+        code, out, err = run_cli(capsys, "run", "dgx-a100", "gpt2", "--mode", "train", "--tensor-parallel", degree)
+        assert (code, out) == (2, "")
+        assert err.startswith(f"archsim: error: {where}: --tensor-parallel: {degree} ") and err.count("\n") == 1
+        assert "; 1, 2, 4 would" in err, err
