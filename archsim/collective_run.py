@@ -139,6 +139,20 @@ def comm_plan(
     return CommPlan(plan.fabric, chosen, plan.chunk_bytes, plan.fixed_s)
 
 
+def _named_library(library: Library, system: SystemSpec, software: str) -> CollectiveLibrarySpec:
+    """The collective library ``software`` names on ``system``.
+
+    A collective library itself runs on any system (``--software gcl`` on a DGX: what if its links ran
+    Graphcore's library); a software stack gives its own library, and a stack of a chip family must
+    run on the system's chip, as ``archsim run`` requires
+    (:meth:`~archsim.spec.library.Library.software_for`).
+    """
+    entry = library.find(["collective-library", "software"], software)
+    if entry.kind == "software" and entry.data.get("family") is not None:
+        library.software_for(library.chip(system.chip), software)
+    return library.collective_library(software)
+
+
 def _check(op: str, sizes: Sequence[int]) -> None:
     if op not in COLLECTIVES:
         raise UsageError("", "OP", f"{op!r} is not one of {', '.join(COLLECTIVES)}")
@@ -175,7 +189,7 @@ def collective(
     entry = library.find(["system"], system)
     source = entry.source
     spec: SystemSpec = library.system(system)
-    lib = library.collective_library(software) if software else library.system_collective_library(spec)
+    lib = _named_library(library, spec, software) if software else library.system_collective_library(spec)
     fabric = fabric_for(spec, library, nodes, source)
     if fabric.num_chips < 2:
         raise UsageError(system, "SYSTEM", "has 1 chip; a collective needs at least 2")

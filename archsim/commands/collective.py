@@ -19,13 +19,21 @@ from archsim.units import format_time, parse_bytes
 
 
 def size_argument(text: str) -> int:
-    """A size with a unit (``1MiB``, ``16 GiB``) or a whole number of bytes (``1048576``)."""
-    if text.isdigit():
-        return int(text)
+    """A size with a unit (``1MiB``, ``16 GiB``) or a bare whole number of bytes (``1048576``, ``1e6``).
+
+    A bare number is bytes whatever its sign or size: :func:`archsim.collective` refuses one that is
+    not positive or above its limit, as it does in Python.
+    """
     try:
-        return parse_bytes(text)
-    except UnitError as err:
-        raise argparse.ArgumentTypeError(err.problem) from None
+        bare = float(text)
+    except ValueError:
+        try:
+            return parse_bytes(text)
+        except UnitError as err:
+            raise argparse.ArgumentTypeError(err.problem) from None
+    if not bare.is_integer():
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number of bytes")
+    return int(bare)
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:

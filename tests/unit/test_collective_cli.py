@@ -192,3 +192,28 @@ def test_issue35_13_collective_nodes_capped(capsys: pytest.CaptureFixture[str]) 
     with pytest.raises(LimitError, match="--nodes: must be at most 4096"):
         archsim.collective("dgx-a100", "all-reduce", [2**20], nodes=10_000_000)
     assert archsim.collective("dgx-a100", "all-reduce", [2**20], nodes=4096)[0].nodes == 4096
+
+
+@pytest.mark.parametrize(
+    ("size", "problem"),
+    [
+        ("-1", "SIZE: must be a positive number of bytes, got -1"),
+        ("1.5", "argument SIZE: '1.5' is not a whole number of bytes"),
+        ("1e30", "SIZE: 1000000000000000019884624838656 bytes is more than the 1099511627776 (1 TiB) allowed"),
+    ],
+)
+def test_issue35_22_a_bare_size_is_bytes_and_refused_for_what_is_wrong(
+    capsys: pytest.CaptureFixture[str], size: str, problem: str
+) -> None:
+    code, out, err = run_cli(capsys, "collective", "dgx-a100", "all-reduce", "--", size)
+    assert (code, out, err) == (2, "", f"archsim: error: {problem}\n")
+    assert run_cli(capsys, "collective", "dgx-a100", "all-reduce", "1e6", "--json")[0] == 0  # a bare number runs
+
+
+def test_issue35_22_a_software_stack_must_run_on_the_system_as_for_run(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(capsys, "collective", "dgx-a100", "all-reduce", "1MiB", "--software", "poplar-2.3")
+    assert (code, out) == (2, "")
+    assert err.startswith("archsim: error: poplar-2.3: --software: runs on ipu chips, not a100-80gb (tensorcore)")
+    assert err == run_cli(capsys, "run", "dgx-a100", "resnet50", "--software", "poplar-2.3")[2]
+    assert archsim.collective("ipu-pod16", "all-reduce", [2**20], software="poplar-2.3")[0].library == "gcl"
+    assert archsim.collective("dgx-a100", "all-reduce", [2**20], software="gcl")[0].library == "gcl"  # a what-if
