@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from archsim import memory_fit
 from archsim.engine import replay
-from archsim.errors import UsageError
+from archsim.errors import SpecError, UsageError
 from archsim.limits import check_trace_ops
 from archsim.models import cost_model_for
 from archsim.models.base import framework_overhead_s
@@ -79,7 +79,7 @@ def replay_on_target(
         result = system_step(
             target, system, trace, microbatches, library, options, observers, family_efficiency, rebuild
         )
-    return finished(result, chip, library, trace)
+    return finished(result, chip, library, trace, target.chip_source)
 
 
 def one_chip_step(
@@ -120,10 +120,17 @@ def one_chip_step(
     return result
 
 
-def finished(result: RunResult, chip: ChipSpec, library: Library, trace: Trace) -> RunResult:
+def finished(result: RunResult, chip: ChipSpec, library: Library, trace: Trace, chip_source: str = "") -> RunResult:
     """A replayed run's result with what every run reports on top of its times.
 
     Its energy, power and area (:func:`~archsim.results.power.priced`), then its error bars
-    (:func:`~archsim.uncertainty.with_error_bars`).
+    (:func:`~archsim.uncertainty.with_error_bars`). A figure of the chip the pricing refuses (a power
+    limit at or below its static power) is named in the chip's file, ``chip_source``.
     """
-    return with_error_bars(priced(result, chip, library), library, chip, is_kernel(trace))
+    try:
+        powered = priced(result, chip, library)
+    except SpecError as err:
+        if err.source:
+            raise
+        raise SpecError(chip_source or chip.name, err.field, err.problem) from None
+    return with_error_bars(powered, library, chip, is_kernel(trace))

@@ -43,6 +43,8 @@ class Target:
     system: SystemSpec | OneChip = ONE_CHIP
     source: str = ""
     """The system's file, for messages (empty for one chip)."""
+    chip_source: str = ""
+    """The chip's file, for messages about its own figures (a power limit below its static power)."""
 
     @property
     def linked(self) -> SystemSpec | None:
@@ -60,14 +62,16 @@ def resolve(name: str, library: Library) -> Target:
     entry = library.find(["chip", "system"], name)
     if entry.kind == "system":
         system = library.system(name)
-        return Target(name=system.name, chip=library.chip(system.chip), system=system, source=entry.source)
+        chip = library.chip(system.chip)
+        chip_source = library.find(["chip"], system.chip).source
+        return Target(system.name, chip, system=system, source=entry.source, chip_source=chip_source)
     return resolve_target(name, library)
 
 
 def resolve_target(name: str, library: Library) -> Target:
     """A chip name, alias or YAML path -> Target."""
     chip = library.chip(name)
-    return Target(name=chip.name, chip=chip)
+    return Target(name=chip.name, chip=chip, chip_source=library.find(["chip"], name).source)
 
 
 def preferred_capacity_bytes(chip: ChipSpec) -> int:

@@ -16,6 +16,7 @@ from archsim.models.dvfs import VoltageRule, throttle
 from archsim.results.power import CORE_PARTS
 from archsim.spec.library import Library, builtin_roots
 from archsim.sweep import run_sweep
+from tests.cli import chip_file, run_cli
 
 ENERGY_FILE = next(r for r in builtin_roots() if r.name == "energy") / "cmos.yaml"
 RULE = VoltageRule(slope=1.5, floor=0.7)
@@ -206,3 +207,12 @@ def test_an_input_capped_step_throttles_alike_on_both_paths_and_its_wait_stretch
     slow = simulate("h100", "resnet50", software="slow-input", library=capped)
     assert run.clock_scale == 1.0 and run.input_wait_s > 0.0 and slow.clock_scale < 1.0
     assert slow.input_wait_s == pytest.approx(run.input_wait_s / slow.clock_scale)
+
+
+def test_issue35_23_a_power_limit_below_static_power_names_the_chip_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = chip_file(tmp_path, tdp="30 W", sources__tdp="a test's own limit")
+    code, out, err = run_cli(capsys, "run", path, "gemm:1024x1024x1024")
+    assert (code, out) == (2, "")
+    assert err.startswith(f"archsim: error: {path}: tdp: 30 W is at or below the modelled static power ")
