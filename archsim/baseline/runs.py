@@ -2,7 +2,8 @@
 
 A run is written ``TARGET:WORKLOAD[:OPTIONS]``:
 
-* ``TARGET`` -- a chip or system name, alias or YAML path (everything before the first ``:``);
+* ``TARGET`` -- a chip or system name, alias or YAML path (everything before the first ``:``), or
+  the slice of a pod ``SYSTEM:AxBxC`` (a ``:`` followed by a shape belongs to the target);
 * ``WORKLOAD`` -- a model name, a trace file, ``gemm:MxNxK`` or any other workload ``archsim run``
   takes (it may itself contain ``:``);
 * ``OPTIONS`` -- after the last ``:``, comma-separated ``key=value`` pairs: ``mode`` (``infer`` or
@@ -12,10 +13,10 @@ A run is written ``TARGET:WORKLOAD[:OPTIONS]``:
   the software does, and ``streaming_memory`` (``none``, ``optimizer-state`` or ``all``, default
   ``none``).
 
-``v100:resnet50``, ``a100:bert-base:mode=train,batch=8,seq_len=128`` and
-``tpu-v3:gemm:2048x2048x2048`` are runs. :attr:`RunSpec.id` is the canonical text (``mode`` always
-given, then the options that are set, in the order above; ``streaming_memory=none`` is the default
-and left out), which the baseline file stores.
+``v100:resnet50``, ``a100:bert-base:mode=train,batch=8,seq_len=128``, ``tpu-v3:gemm:2048x2048x2048``
+and ``tpu-v4-pod:2x2x4:resnet50:mode=train`` are runs. :attr:`RunSpec.id` is the canonical text
+(``mode`` always given, then the options that are set, in the order above; ``streaming_memory=none``
+is the default and left out), which the baseline file stores.
 
 The default set (:func:`default_runs`) is every chip on the search path with every model, in
 inference and training, then every system in training (where its links carry the gradient
@@ -34,7 +35,7 @@ from archsim.errors import ArchsimError, UsageError
 from archsim.limits import MAX_ARGUMENT
 from archsim.run.request import RunRequest
 from archsim.run.runner import run
-from archsim.spec.common import Fusion, Precision, StreamingMemory
+from archsim.spec.common import Fusion, Precision, StreamingMemory, is_shape
 from archsim.spec.library import Library
 from archsim.spec.model import Architecture
 from archsim.workloads.trace import Mode
@@ -138,6 +139,9 @@ def _count(text: str, key: str, run: str) -> int:
 def parse_run(text: str) -> RunSpec:
     """``TARGET:WORKLOAD[:OPTIONS]`` -> RunSpec; anything malformed is a UsageError naming the run."""
     target, colon, rest = text.partition(":")
+    shape, _, after = rest.partition(":")
+    if shape and is_shape(shape):  # SYSTEM:AxBxC, a slice of a pod (archsim run takes it as a target)
+        target, rest = f"{target}:{shape}", after
     if not colon or not target.strip() or not rest.strip():
         raise UsageError(text, "RUNS", "expected TARGET:WORKLOAD[:mode=...,batch=...,precision=...,seq_len=...]")
     workload, options = rest, ""

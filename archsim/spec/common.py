@@ -155,6 +155,11 @@ _ELEMENT_BITS = {
 }
 
 
+def is_shape(text: str) -> bool:
+    """Whether ``text`` is written as a shape, positive integers joined by ``x`` (``2x2x4``, the slice of a pod)."""
+    return all(p.isascii() and p.isdigit() for p in text.lower().split("x"))
+
+
 def parse_shape(text: str, rank: int) -> tuple[int, ...]:
     """``"16x16x16"`` -> ``(16, 16, 16)``; raises ValueError naming the expected form."""
     parts = text.lower().split("x")

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from archsim.baseline.runs import DEFAULT_BATCH, RunSpec, default_runs, parse_run, parse_runs
 from archsim.errors import UsageError
+from archsim.spec.common import is_shape
 from archsim.spec.library import Library
+from tests.cli import run_cli
 
 
 @pytest.mark.parametrize(
@@ -86,7 +90,7 @@ names = st.text(st.characters(blacklist_characters=":,=", blacklist_categories=(
 @settings(max_examples=200, deadline=None)
 @given(
     target=names,
-    workload=st.one_of(names, st.just("gemm:1x2x3")),
+    workload=st.one_of(names.filter(lambda w: not is_shape(w.strip())), st.just("gemm:1x2x3")),  # a shape: a slice
     mode=st.sampled_from(["infer", "train"]),
     batch=st.none() | st.integers(1, 10**6),
     precision=st.none() | st.sampled_from(["fp16", "bf16", "fp32"]),
@@ -117,3 +121,14 @@ def test_default_set_covers_every_chip_and_system(library: Library) -> None:
     assert all(r.batch == DEFAULT_BATCH for r in runs)
     assert len({r.id for r in runs}) == len(runs)
     assert runs == default_runs(library)  # a stable order
+
+
+def test_issue35_24_a_run_may_name_a_pods_slice(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    spec = parse_run("tpu-v4-pod:2x2x4:resnet50:mode=train,batch=8")
+    assert spec == RunSpec("tpu-v4-pod:2x2x4", "resnet50", "train", 8)
+    assert parse_run(spec.id) == spec
+    assert parse_run("tpu-v4-pod:2x2x1:gemm:64x64x64") == RunSpec("tpu-v4-pod:2x2x1", "gemm:64x64x64")
+    path = tmp_path / "slice.tsv"
+    assert run_cli(capsys, "baseline", "save", str(path), "tpu-v4-pod:2x2x1:resnet50:mode=train")[0] == 0
+    code, out, err = run_cli(capsys, "baseline", "check", str(path))
+    assert (code, err) == (0, "") and "1 runs unchanged" in out
