@@ -1,12 +1,13 @@
 """Every command and code example in README.md runs, so that a first hour with the README has no surprises.
 
-The README's fenced code blocks are parsed, so a command added to it is tested without touching this
-file:
+The README's fenced code blocks are parsed (and those of every Markdown file ``docs/figures.yaml``
+lists, read as one text with it), so a command added to them is tested without touching this file:
 
 * a concrete ``archsim ...`` line runs (in-process, in a temporary working directory) and must exit 0
   with no traceback; :data:`SMALL` makes the few slow ones small, each with its reason; a ``$ archsim``
   line whose next line shows ``archsim: error: ...`` is a documented refusal: it must exit 2 printing
-  exactly that line;
+  exactly that line; the lines shown under any other ``$ archsim`` line must be what it prints, in
+  order (``...`` for lines left out; the figures stated in prose are docs/figures.yaml's);
 * a synopsis line (with placeholders: ``TARGET``, ``[--batch N]``, ``a|b``, ``...``) names
   subcommands and options: each subcommand's ``--help`` must exist and list every option shown;
 * a ``python`` block runs in a fresh interpreter (its zero-argument ``test_*`` functions are called);
@@ -24,10 +25,15 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from archsim.cli import main
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+DOCUMENTS = [
+    README.parent / name for name in yaml.safe_load((README.parent / "docs" / "figures.yaml").read_text())["documents"]
+]
+"""The Markdown files checked: README.md and each file docs/figures.yaml lists (the one list of them)."""
 SHELL = ("", "sh", "bash", "console", "shell")
 COMMAND = re.compile(r"^(archsim|pip|pytest|python|jupyter)\b")
 PLACEHOLDER = re.compile(r"[\[\]|]|\.\.\.|\b[A-Z][A-Z_-]*\b")
@@ -57,8 +63,13 @@ CANNOT_RUN: dict[str, str] = {
 }
 
 
+def _text() -> str:
+    """The documents' text, README.md first."""
+    return "\n\n".join(path.read_text(encoding="utf-8") for path in dict.fromkeys([README, *DOCUMENTS]))
+
+
 def _readme() -> str:
-    text = README.read_text(encoding="utf-8")
+    text = _text()
     for pattern, replacement, _ in SMALL:
         text = re.sub(pattern, replacement, text)
     return text
@@ -107,9 +118,28 @@ def _shell_commands(text: str) -> list[tuple[str, str | None]]:
     return lines
 
 
+def shown_outputs(text: str) -> dict[str, list[str]]:
+    """What the README shows a ``$ archsim`` line printing: the lines after it, up to the next ``$ `` line.
+
+    A ``...`` line stands for lines left out; a refusal (``archsim: error: ...``) is in :data:`REFUSALS`.
+    """
+    shown: dict[str, list[str]] = {}
+    for block in blocks(text, SHELL):
+        command: str | None = None
+        for raw in block.splitlines():
+            if raw.startswith("$ "):
+                command = raw[2:].strip()
+                shown.setdefault(command, [])
+            elif command is not None and raw.strip() and not raw.startswith("archsim: error: "):
+                shown[command].append(raw)
+    return {command: lines for command, lines in shown.items() if lines}
+
+
 COMMANDS = shell_lines(_readme())
 REFUSALS = {command: error for command, error in _shell_commands(_readme()) if error is not None}
 """Commands the README shows refused, with the one line each prints."""
+SHOWN = shown_outputs(_readme())
+"""Commands the README shows with their output, and the lines it shows."""
 ARCHSIM = [c for c in COMMANDS if c.startswith("archsim") and not c.startswith(tuple(CANNOT_RUN))]
 CONCRETE = sorted({c for c in ARCHSIM if not PLACEHOLDER.search(c)})
 SYNOPSES = sorted({c for c in ARCHSIM if PLACEHOLDER.search(c)})
@@ -128,7 +158,7 @@ def test_every_other_line_is_listed_with_its_reason() -> None:
     # no stale entries: each still matches a line of the README, each substitution still applies
     for prefix in [*NOT_RUN, *CANNOT_RUN]:
         assert any(c.startswith(prefix) for c in COMMANDS), f"{prefix!r} is no longer in the README"
-    text = README.read_text(encoding="utf-8")
+    text = _text()
     for pattern, _, _ in SMALL:
         assert re.search(pattern, text), f"{pattern!r} is no longer in the README"
 
@@ -149,6 +179,10 @@ def test_command_runs(
         return
     assert code == 0, err
     assert out.strip() or any(tmp_path.iterdir()), "the command printed and wrote nothing"
+    printed = iter(" ".join(line.split()) for line in out.splitlines())
+    for line in SHOWN.get(command, []):  # in order, whitespace aside; "..." stands for lines left out
+        if line.strip() != "...":
+            assert " ".join(line.split()) in printed, f"the README shows {line.strip()!r}, which it no longer prints"
 
 
 def _subcommands(synopsis: str) -> list[list[str]]:
