@@ -1,9 +1,11 @@
 """The chips and systems of issue 38 (TPU v6e, MI325X, MI355X, H800, A800, A100 PCIe, first-generation
-Gaudi, Trainium2; their servers and pods): each loads with its
+Gaudi, Trainium2; their servers and pods; GB200 NVL72 racks over InfiniBand): each loads with its
 published peaks, runs from the CLI with the JSON contract and the physical bounds holding, and its
 links say what the sources say (capped NVLink below the uncapped part's)."""
 
 from __future__ import annotations
+
+from typing import cast
 
 import pytest
 from hypothesis import given, settings
@@ -128,6 +130,20 @@ def test_every_new_system_trains_bert(capsys: pytest.CaptureFixture[str], target
     result = run_json(capsys, "run", target, "bert-large", "--mode", "train", "--batch", "4", *extra)
     assert result["collectives"], target
     check_bounds(result, SYSTEMS[target.split(":")[0]][0])  # a slice's name is no library entry
+
+
+def test_gb200_racks_scale_out_over_infiniband(capsys: pytest.CaptureFixture[str]) -> None:
+    """Eight NVL72 racks: the gradients' all-reduce crosses the 72 NDR ports of each rack."""
+    one = run_json(capsys, "run", "gb200-nvl72", "bert-large", "--mode", "train", "--batch", "32")
+    eight = run_json(capsys, "run", "gb200-nvl72", "bert-large", "--mode", "train", "--nodes", "8", "--batch", "32")
+    assert (eight["nodes"], eight["num_chips"], eight["global_batch"]) == (8, 576, 576 * 32)
+    check_bounds(eight)
+
+    def links(result: dict[str, object]) -> set[str]:
+        return {str(link["link"]) for link in cast(list[dict[str, object]], result["links"])}
+
+    assert "ib-ndr" in links(eight) and "ib-ndr" not in links(one)
+    assert float(str(eight["comm_s"])) > float(str(one["comm_s"]))
 
 
 def test_a_server_without_scale_out_still_refuses_nodes(capsys: pytest.CaptureFixture[str]) -> None:
