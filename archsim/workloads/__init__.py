@@ -261,14 +261,51 @@ def _build(
     """:func:`build_trace`, and whether the source's batch is fixed (a file, an inline product).
 
     With ``fixed_batch_checked`` False, a trace or Chakra file is returned whatever ``batch`` asks
-    (an inline product still refuses any batch but 1: its batch is in its shape).
+    (an inline product still refuses any batch but 1: its batch is in its shape). A block-scaled
+    precision builds the source at its storage precision and quantizes its weight products
+    (:mod:`archsim.workloads.quantize`); a trace file already in the format is returned as stored.
+    """
+    asked = Precision(precision) if precision in set(Precision) else None
+    if asked is not None and asked.is_generic:
+        from archsim.workloads.quantize import GENERIC_PROBLEM
+
+        raise UsageError(workload, "--precision", GENERIC_PROBLEM)
+    if asked is None or asked.block_scaling is None:
+        return _source_build(
+            workload, library, mode, batch, precision, seq_len, options, fixed_batch_checked, communication
+        )
+    from archsim.workloads.quantize import check_mode, quantized_trace
+
+    if mode in set(Mode):
+        check_mode(Mode(mode), asked, workload)
+    trace, fixed = _source_build(
+        workload, library, mode, batch, asked, seq_len, options, fixed_batch_checked, communication
+    )
+    return (trace if trace.precision is asked else quantized_trace(trace, asked)), fixed
+
+
+def _source_build(
+    workload: str,
+    library: Library,
+    mode: Mode,
+    batch: int | None,
+    precision: Precision,
+    seq_len: int | None,
+    options: TraceOptions | None,
+    fixed_batch_checked: bool = True,
+    communication: bool = False,
+) -> tuple[Trace, bool]:
+    """:func:`_build` of the source at ``precision``'s storage (itself but for a block-scaled format).
+
+    A trace file must hold ``precision`` itself: it is already built.
     """
     for field, enum in (("--mode", Mode), ("--precision", Precision)):
         value = mode if enum is Mode else precision
         if value not in set(enum):
             choices = ", ".join(e.value for e in enum)
             raise UsageError(workload, field, f"must be one of {choices}, got {value!r}")
-    mode, precision = Mode(mode), Precision(precision)
+    mode, stored = Mode(mode), Precision(precision)
+    precision = stored.storage
     if mode is Mode.GENERATE:  # a prefill and decode steps: two traces, built by archsim.run.generation
         raise UsageError(workload, "--mode", "generate is a prefill then decode steps, not one trace: use archsim run")
     options = options or TraceOptions()
@@ -332,7 +369,7 @@ def _build(
         _built_already(entry.source, options)
         trace = trace_from_data(entry.data, entry.source)
         checked = batch if fixed_batch_checked else None
-        return _file_trace(trace, entry.source, mode, checked, precision, seq_len), True
+        return _file_trace(trace, entry.source, mode, checked, stored, seq_len), True
     spec: ModelSpec = library.spec(entry)
     padding = unpadded(library, spec, mode, seq_len, options)
     return _model_trace(spec, workload, mode, batch, precision, seq_len, options, padding), False
