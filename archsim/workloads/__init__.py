@@ -244,7 +244,22 @@ def build_trace(
     refuses an ET that has some.
     Raises UsageError, SpecError or LookupFailed (all :class:`~archsim.errors.ArchsimError`).
     """
-    return _build(workload, library, mode, batch, precision, seq_len, options, communication=communication)[0]
+    trace, _ = _build(workload, library, mode, batch, precision, seq_len, options, communication=communication)
+    return _formatted(trace, precision)
+
+
+def _formatted(trace: Trace, precision: Precision | str) -> Trace:
+    """``trace`` as :func:`_build` gave it, in ``precision``: a block-scaled format's weight products quantized.
+
+    :func:`_build` builds a source at the format's storage precision (fp8); a trace file already in the
+    format comes back as it is stored.
+    """
+    asked = Precision(precision)
+    if asked.block_scaling is None or trace.precision is asked:
+        return trace
+    from archsim.workloads.quantize import quantized_trace
+
+    return quantized_trace(trace, asked)
 
 
 def _build(
@@ -262,42 +277,8 @@ def _build(
 
     With ``fixed_batch_checked`` False, a trace or Chakra file is returned whatever ``batch`` asks
     (an inline product still refuses any batch but 1: its batch is in its shape). A block-scaled
-    precision builds the source at its storage precision and quantizes its weight products
-    (:mod:`archsim.workloads.quantize`); a trace file already in the format is returned as stored.
-    """
-    asked = Precision(precision) if precision in set(Precision) else None
-    if asked is not None and asked.is_generic:
-        from archsim.workloads.quantize import GENERIC_PROBLEM
-
-        raise UsageError(workload, "--precision", GENERIC_PROBLEM)
-    if asked is None or asked.block_scaling is None:
-        return _source_build(
-            workload, library, mode, batch, precision, seq_len, options, fixed_batch_checked, communication
-        )
-    from archsim.workloads.quantize import check_mode, quantized_trace
-
-    if mode in set(Mode):
-        check_mode(Mode(mode), asked, workload)
-    trace, fixed = _source_build(
-        workload, library, mode, batch, asked, seq_len, options, fixed_batch_checked, communication
-    )
-    return (trace if trace.precision is asked else quantized_trace(trace, asked)), fixed
-
-
-def _source_build(
-    workload: str,
-    library: Library,
-    mode: Mode,
-    batch: int | None,
-    precision: Precision,
-    seq_len: int | None,
-    options: TraceOptions | None,
-    fixed_batch_checked: bool = True,
-    communication: bool = False,
-) -> tuple[Trace, bool]:
-    """:func:`_build` of the source at ``precision``'s storage (itself but for a block-scaled format).
-
-    A trace file must hold ``precision`` itself: it is already built.
+    precision builds the source at its storage precision (fp8) and :func:`_formatted` quantizes its
+    weight products; a trace file must hold the precision itself (it is already built).
     """
     for field, enum in (("--mode", Mode), ("--precision", Precision)):
         value = mode if enum is Mode else precision
@@ -306,6 +287,12 @@ def _source_build(
             raise UsageError(workload, field, f"must be one of {choices}, got {value!r}")
     mode, stored = Mode(mode), Precision(precision)
     precision = stored.storage
+    if stored.is_generic or stored.block_scaling is not None:
+        from archsim.workloads.quantize import GENERIC_PROBLEM, check_mode
+
+        if stored.is_generic:
+            raise UsageError(workload, "--precision", GENERIC_PROBLEM)
+        check_mode(mode, stored, workload)
     if mode is Mode.GENERATE:  # a prefill and decode steps: two traces, built by archsim.run.generation
         raise UsageError(workload, "--mode", "generate is a prefill then decode steps, not one trace: use archsim run")
     options = options or TraceOptions()
@@ -412,6 +399,7 @@ def microbatch_trace(
     ``microbatches`` times its own, else the whole batch (one microbatch); anything else is refused.
     """
     probe, fixed = _build(workload, library, mode, batch, precision, seq_len, options, fixed_batch_checked=False)
+    probe = _formatted(probe, precision)
     if fixed:
         own = probe.batch
         count = microbatches if microbatches is not None else (max(1, batch // own) if batch is not None else 1)
