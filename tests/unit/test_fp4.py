@@ -19,11 +19,12 @@ from archsim.spec.common import Precision
 from archsim.spec.library import Library
 from archsim.stack import default_efficiency
 from archsim.sweep.batch import batch_reason
+from archsim.testing.strategies import ops
 from archsim.workloads import build_trace
 from archsim.workloads.decoder import DEFAULT_GEN_LEN, kv_bytes_per_token
 from archsim.workloads.memory import memory_per_chip
 from archsim.workloads.quantize import is_quantized
-from archsim.workloads.trace import Mode, Trace
+from archsim.workloads.trace import Mode, Op, Trace
 from tests.unit.test_todays_chips import check_bounds, run_json
 
 LIBRARY = Library(use_env=False)
@@ -225,3 +226,19 @@ def test_an_onnx_model_imports_at_a_format(tmp_path: Path) -> None:
             assert q.reads[1].bytes == Precision.NVFP4.nbytes(e.reads[1].bytes)
     with pytest.raises(UsageError, match="without a chip, name it"):
         import_onnx(path, Mode.INFER, 2, Precision.FP4)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    chip_format=st.sampled_from([("b200", Precision.NVFP4), ("mi355x", Precision.MXFP4)]),
+    op=ops(Precision.NVFP4),
+)
+def test_no_op_of_a_four_bit_run_beats_its_roofline_or_the_peak(chip_format: tuple[str, Precision], op: Op) -> None:
+    """Products of weights at the format's peak, everything else at fp8's: never faster than either allows."""
+    name, fmt = chip_format
+    chip = LIBRARY.chip(name)
+    cost = cost_model_for(chip, default_efficiency(LIBRARY, chip, fmt), fmt, 0).cost(op)
+    assert cost.time_s >= cost.roofline_s > 0
+    if op.gemm is not None:
+        peak = chip.peak_flops(fmt if is_quantized(op) else Precision.FP8)
+        assert cost.time_s >= op.flops / peak * (1 - 1e-12)
