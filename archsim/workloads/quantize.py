@@ -84,12 +84,10 @@ def quantized_trace(trace: Trace, precision: Precision) -> Trace:
         op if not any(t.name in quantized for t in (*op.reads, *op.writes)) else _with_tensors(op, resize)
         for op in trace.ops
     )
-    weights = {t.name: t.bytes for op in trace.ops if is_quantized(op) for t in op.reads[1:2]}
-    elements = sum(storage.elements_in(size) for size in weights.values())
-    before = weight_bytes(trace)
-    after = before - storage.nbytes(elements) + sum(precision.nbytes(storage.elements_in(b)) for b in weights.values())
-    memory = trace.memory_bytes - before + after - peak_live_bytes(trace.ops) + peak_live_bytes(ops)
-    meta = {**trace.meta, WEIGHT_BYTES_META: str(after)}
+    weights = {op.reads[1].name: storage.elements_in(op.reads[1].bytes) for op in trace.ops if is_quantized(op)}
+    added = sum(precision.nbytes(n) - storage.nbytes(n) for n in weights.values())  # scales included
+    memory = trace.memory_bytes + added - peak_live_bytes(trace.ops) + peak_live_bytes(ops)
+    meta = {**trace.meta, WEIGHT_BYTES_META: str(weight_bytes(trace) + added)}
     return Trace(trace.name, trace.mode, trace.batch, precision, ops, trace.parameters, memory, trace.seq_len, meta)
 
 
