@@ -51,6 +51,7 @@ from archsim.spec.common import BITS_PER_BYTE, Precision
 from archsim.spec.library import Library
 from archsim.spec.model import DecoderSection
 from archsim.workloads.decoder import ffn_matrix_parameters, layer_matrix_parameters, matrix_flops
+from archsim.workloads.quantize import check_mode
 from archsim.workloads.trace import Mode
 from archsim.workloads.training import MASTER_BYTES, OPTIMIZER_COST
 
@@ -286,7 +287,8 @@ def plan(
     if decoder is None:
         raise UsageError(workload, "WORKLOAD", "plan lays out decoder language models (architecture: decoder)")
     chip = resolved.chip
-    run_precision = chip.default_precision if precision is None else choice(Precision, precision, "--precision")
+    run_precision = chip.run_precision(None if precision is None else choice(Precision, precision, "--precision"))
+    check_mode(Mode.TRAIN, run_precision, workload)  # a plan lays out training steps
     if run_precision not in chip.peak:
         supported = ", ".join(p.value for p in chip.precisions)
         raise UsageError(chip.name, "--precision", f"{run_precision.value} is not supported (supported: {supported})")

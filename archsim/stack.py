@@ -106,5 +106,5 @@ def run_stack(
 
 def default_efficiency(library: Library, chip: ChipSpec, precision: Precision | None = None) -> Efficiency:
     """The efficiency of ``chip`` under its default stack (at ``precision``; None: the chip's default)."""
-    run_precision = precision or chip.default_precision
+    run_precision = chip.run_precision(precision)
     return stack_efficiency(library, chip, default_software(library, chip), run_precision)

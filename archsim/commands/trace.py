@@ -27,6 +27,7 @@ from archsim.workloads.chakra import read_chakra, write_chakra
 from archsim.workloads.onnx_import import DEFAULT_OPTIMIZER, import_onnx
 from archsim.workloads.options import TraceOptions
 from archsim.workloads.padding import check_left_out
+from archsim.workloads.quantize import at_format
 from archsim.workloads.sources import is_chakra, is_onnx
 from archsim.workloads.trace import Mode, Trace
 
@@ -93,7 +94,7 @@ def import_trace(args: argparse.Namespace) -> int:
                 "--mode",
                 "a Chakra ET is replayed as recorded: no --mode, --batch, --seq-len, --fusion, --recompute",
             )
-        trace = read_chakra(args.source, precision)
+        trace = at_format(precision, Mode.INFER, args.source, lambda stored: read_chakra(args.source, stored))
         if trace.has_comm:
             comms = sum(op.kind.is_comm for op in trace.ops)
             raise UsageError(

@@ -54,7 +54,8 @@ def cost_model_for(
     ``efficiency`` holds the family's values merged with the software's and the chip's overrides; it
     is resolved here into the family's complete record (a value nothing set is a SpecError).
     ``footprint_bytes`` is the memory the trace needs (IPUs spill what exceeds their in-processor
-    memory); ``framework_s`` is added to every op's time (see
+    memory). A block-scaled precision (``nvfp4``, ``mxfp4``) gets the family's model twice, at the format
+    and at fp8 (:mod:`archsim.models.block_scaled`). ``framework_s`` is added to every op's time (see
     :func:`~archsim.models.base.framework_overhead_s`).
     """
     family = chip.family
@@ -62,6 +63,11 @@ def cost_model_for(
     record = definition.efficiency.resolve(efficiency, chip.name)
     factory = definition.model if family in _EXPLICIT else entry_point_plugins()[0].get(family, definition.model)
     model = cast(CostModel, factory(chip, record, precision, footprint_bytes))
+    if precision.block_scaling is not None:  # the format's products, and the rest at fp8
+        from archsim.models.block_scaled import BlockScaledModel
+
+        rest = cast(CostModel, factory(chip, record, precision.storage, footprint_bytes))
+        model = cast(CostModel, BlockScaledModel(model, rest))
     return CheckedModel(FrameworkDispatch(model, framework_s) if framework_s else model, family)
 
 

@@ -121,7 +121,7 @@ def build(request: RunRequest, library: Library) -> BuiltRun:
         problem = "prefill and decode run tensor and data parallel only: pipelined generation is not modelled yet"
         raise UsageError(target.source, flag, problem)
     check_zero(request, target)
-    precision = chip.default_precision if request.precision is None else request.precision
+    precision = chip.run_precision(request.precision)
     if precision not in chip.peak:
         supported = ", ".join(p.value for p in chip.precisions)
         raise UsageError(chip.name, "--precision", f"{precision.value} is not supported (supported: {supported})")

@@ -151,6 +151,13 @@ class ChipSpec(Spec):
                 raise ValueError(f"{figure}: 'not published' needs a source saying where it is not (sources.{figure})")
         if self.default_precision not in self.peak:
             raise ValueError(f"default_precision {self.default_precision.value} has no peak entry")
+        for precision in self.peak:
+            if precision.is_generic:
+                raise ValueError(f"peak.{precision.value}: name the block-scaled format, nvfp4 or mxfp4")
+            if precision.storage not in self.peak:
+                storage = precision.storage.value
+                problem = f"a {precision.value} run keeps what its weight products do not read in {storage}"
+                raise ValueError(f"peak.{precision.value} needs peak.{storage}: {problem}")
         for precision, published in self.peak.items():
             derived = self.derived_peak(precision)
             if derived is None:
@@ -203,6 +210,19 @@ class ChipSpec(Spec):
         if not isinstance(self.section, kind):
             raise SpecError(self.name, self.family, f"is a {type(self.section).__name__}, not a {kind.__name__}")
         return self.section
+
+    def run_precision(self, requested: Precision | None) -> Precision:
+        """The precision a run asking for ``requested`` runs at.
+
+        The chip's default for None, its block-scaled 4-bit format for ``fp4`` (NVFP4 where it has it,
+        else MXFP4; ``fp4`` itself when it has neither, which the caller then refuses naming
+        :attr:`precisions`), ``requested`` otherwise.
+        """
+        if requested is None:
+            return self.default_precision
+        if requested.is_generic:
+            return next((p for p in (Precision.NVFP4, Precision.MXFP4) if p in self.peak), requested)
+        return requested
 
     @property
     def precisions(self) -> tuple[Precision, ...]:

@@ -9,6 +9,7 @@ above :data:`~archsim.limits.MAX_COUNT` (2^53).
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictFloat, StrictInt
@@ -96,6 +97,18 @@ class StreamingMemory(enum.StrEnum):
     ALL = "all"
 
 
+@dataclass(frozen=True, slots=True)
+class BlockScaling:
+    """How a block-scaled format stores its scales.
+
+    One scale of ``scale_bytes`` per ``block`` elements, plus ``tensor_scale_bytes`` once per tensor (0: none).
+    """
+
+    block: int
+    scale_bytes: int
+    tensor_scale_bytes: int
+
+
 class Precision(enum.StrEnum):
     """Numeric formats of the operands of a run; accumulation is in fp32 (int32 for int8 and int4).
 
@@ -106,6 +119,16 @@ class Precision(enum.StrEnum):
     4 bits, two elements to a byte, and matrix units accumulate in int32 and write outputs at the
     run's precision (the INT4 tensor-core MMA of NVIDIA Ampere takes s4 operands and an s32
     accumulator: PTX ISA, ``mma.m8n8k32``).
+
+    ``nvfp4`` and ``mxfp4`` are block-scaled 4-bit floats: E2M1 elements (two to a byte) sharing one
+    scale per block (:attr:`block_scaling`). NVFP4 has an FP8 E4M3 scale per 16 elements and an FP32
+    scale per tensor (NVIDIA, introduced with Blackwell); MXFP4 an E8M0 (power-of-two) scale per 32
+    elements (OCP Microscaling Formats (MX) v1.0). The scales are stored with the elements, so a
+    tensor of ``n`` elements is ``ceil(n / 2) + ceil(n / block) + tensor scale`` bytes. A run at one of
+    them puts the products of weights in the format and keeps everything else at :attr:`storage`,
+    fp8 (:mod:`archsim.workloads.quantize`). ``fp4`` is not a format but a request: the chip's own
+    block-scaled 4-bit format, NVFP4 where it has it, else MXFP4
+    (:meth:`~archsim.spec.chip.ChipSpec.run_precision`); nothing is stored or priced at it.
     """
 
     FP32 = "fp32"
@@ -115,31 +138,74 @@ class Precision(enum.StrEnum):
     FP8 = "fp8"
     INT8 = "int8"
     INT4 = "int4"
+    FP4 = "fp4"
+    NVFP4 = "nvfp4"
+    MXFP4 = "mxfp4"
 
     @property
     def bits(self) -> int:
-        """Bits of one stored element (tf32 is stored as fp32; int4 packs two elements in a byte)."""
+        """Bits of one stored element without its scales (tf32 is stored as fp32; 4-bit formats pack two in a byte)."""
         return _ELEMENT_BITS[self]
 
     @property
+    def is_generic(self) -> bool:
+        """True for ``fp4``: a request that a chip resolves to its format, never itself a format."""
+        return self is Precision.FP4
+
+    @property
+    def block_scaling(self) -> BlockScaling | None:
+        """The scales of a block-scaled format (None for every other precision)."""
+        return _BLOCK_SCALING.get(self)
+
+    @property
+    def storage(self) -> Precision:
+        """What a run at this precision keeps the tensors its block-scaled products do not read in.
+
+        fp8 for ``nvfp4`` and ``mxfp4`` (attention, norms, the KV cache), the precision itself otherwise.
+        """
+        return Precision.FP8 if self in _BLOCK_SCALING else self
+
+    @property
     def element_bytes(self) -> float:
-        """Bytes of one stored element as a number (0.5 for int4), for rates and capacities per element."""
-        return self.bits / BITS_PER_BYTE
+        """Bytes of one stored element as a number, for rates and capacities per element.
+
+        0.5 for int4; 0.5625 for nvfp4 and 0.53125 for mxfp4, their block scales spread over the block.
+        """
+        scaling = self.block_scaling
+        per_scale = 0.0 if scaling is None else scaling.scale_bytes / scaling.block
+        return self.bits / BITS_PER_BYTE + per_scale
 
     def nbytes(self, elements: int) -> int:
-        """Bytes of ``elements`` stored elements: ``ceil(elements * bits / 8)``.
+        """Bytes of ``elements`` stored elements: ``ceil(elements * bits / 8)`` and any block scales.
 
-        Exact for every precision: an int4 tensor of ``n`` elements is ``ceil(n / 2)`` bytes.
+        A block-scaled format adds ``ceil(elements / block)`` scales and the tensor's own, if any.
+        Exact for every format: an int4 tensor of ``n`` elements is ``ceil(n / 2)`` bytes, an nvfp4 one
+        ``ceil(n / 2) + ceil(n / 16) + 4``. ``fp4`` has no size (a ValueError: resolve it first).
         """
-        return -(-elements * self.bits // BITS_PER_BYTE)
+        if self.is_generic:
+            raise ValueError("fp4 names a chip's block-scaled format: resolve it to nvfp4 or mxfp4 first")
+        data = -(-elements * self.bits // BITS_PER_BYTE)
+        scaling = self.block_scaling
+        if scaling is None or elements <= 0:
+            return data
+        return data + -(-elements // scaling.block) * scaling.scale_bytes + scaling.tensor_scale_bytes
 
     def elements_in(self, nbytes: int) -> int:
         """Elements stored in ``nbytes`` bytes: the inverse of :meth:`nbytes` for whole bytes.
 
         For int4 it is the even count that fills the bytes (an odd-sized tensor's half-empty last
-        byte counts as two elements).
+        byte counts as two elements); for a block-scaled format the most elements whose data and
+        scales fit (:meth:`nbytes` of the result is at most ``nbytes``).
         """
-        return nbytes * BITS_PER_BYTE // self.bits
+        scaling = self.block_scaling
+        if scaling is None:
+            return nbytes * BITS_PER_BYTE // self.bits
+        payload = nbytes - scaling.tensor_scale_bytes
+        per_block = scaling.block * self.bits // BITS_PER_BYTE + scaling.scale_bytes
+        blocks, rest = divmod(max(0, payload), per_block)
+        # a last, partial block holds its scale and then two elements per byte
+        partial = max(0, rest - scaling.scale_bytes) * BITS_PER_BYTE // self.bits
+        return blocks * scaling.block + min(partial, scaling.block - 1)
 
 
 BITS_PER_BYTE = 8
@@ -152,7 +218,18 @@ _ELEMENT_BITS = {
     Precision.FP8: 8,
     Precision.INT8: 8,
     Precision.INT4: 4,
+    Precision.FP4: 4,
+    Precision.NVFP4: 4,
+    Precision.MXFP4: 4,
 }
+_BLOCK_SCALING = {
+    Precision.NVFP4: BlockScaling(block=16, scale_bytes=1, tensor_scale_bytes=4),
+    Precision.MXFP4: BlockScaling(block=32, scale_bytes=1, tensor_scale_bytes=0),
+}
+"""NVFP4: an FP8 E4M3 scale per 16 elements and an FP32 scale per tensor; MXFP4: an E8M0 scale per 32
+(OCP Microscaling Formats v1.0, MXFP4). Sources in the class docstring and the README's FP4 section."""
+STORED_PRECISIONS = tuple(p for p in Precision if not p.is_generic)
+"""Every precision a tensor can be stored and priced at (all but the ``fp4`` request)."""
 
 
 def is_shape(text: str) -> bool:

@@ -18,6 +18,7 @@ from typing import Literal
 from pydantic import ValidationInfo, field_validator, model_validator
 
 from archsim.spec.common import (
+    STORED_PRECISIONS,
     Area,
     Energy,
     EnergyPerBit,
@@ -115,7 +116,7 @@ class EnergySpec(Spec):
     @model_validator(mode="after")
     def _complete(self) -> EnergySpec:
         for table in ("mac", "vector_op", "mac_area"):
-            missing = [p.value for p in Precision if p not in getattr(self, table)]
+            missing = [p.value for p in STORED_PRECISIONS if p not in getattr(self, table)]
             if missing:
                 raise ValueError(f"{table}: needs every precision, missing {', '.join(missing)}")
         if not self.gate_pitch:

@@ -69,6 +69,8 @@ def batch_reason(spec: SweepSpec, library: Library) -> str | None:
         return "a text-generation run"
     if settings.zero:
         return "settings.zero is set"
+    if settings.precision is not None and (settings.precision.is_generic or settings.precision.block_scaling):
+        return "a 4-bit block-scaled run (two matrix precisions per step)"
     if settings.expert_parallel != 1:
         return "settings.expert_parallel is set"
     if settings.bn_group != 1:
@@ -154,7 +156,7 @@ def _prepare(library: Library, task: Task, arguments: dict[str, Any], traces: _T
     )
     target, workload, streaming = request.target, request.workload, request.streaming
     chip = library.chip(target)
-    run_precision = chip.default_precision if request.precision is None else request.precision
+    run_precision = chip.run_precision(request.precision)
     if run_precision not in chip.peak:
         raise UsageError(chip.name, "--precision", "not supported")  # the event path words it
     # what depends on the chip only through its family and the run's precision, once per workload entry

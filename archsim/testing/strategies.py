@@ -38,7 +38,7 @@ except ImportError as err:  # pragma: no cover - depends on the environment
 
 from archsim.models.interconnect import Fabric, Tier, TierKind
 from archsim.spec.chip import NOT_PUBLISHED, ChipSpec
-from archsim.spec.common import Precision
+from archsim.spec.common import STORED_PRECISIONS, Precision
 from archsim.spec.library import Library
 from archsim.spec.registry import family_definition
 from archsim.spec.system import SystemSpec, Topology
@@ -74,8 +74,8 @@ dims = st.integers(min_value=1, max_value=8192)
 
 
 def precisions() -> st.SearchStrategy[Precision]:
-    """Any operand precision."""
-    return st.sampled_from(list(Precision))
+    """Any operand precision a tensor can be stored at (not the ``fp4`` request, which a chip resolves)."""
+    return st.sampled_from(STORED_PRECISIONS)
 
 
 @st.composite

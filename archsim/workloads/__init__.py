@@ -244,7 +244,22 @@ def build_trace(
     refuses an ET that has some.
     Raises UsageError, SpecError or LookupFailed (all :class:`~archsim.errors.ArchsimError`).
     """
-    return _build(workload, library, mode, batch, precision, seq_len, options, communication=communication)[0]
+    trace, _ = _build(workload, library, mode, batch, precision, seq_len, options, communication=communication)
+    return _formatted(trace, precision)
+
+
+def _formatted(trace: Trace, precision: Precision | str) -> Trace:
+    """``trace`` as :func:`_build` gave it, in ``precision``: a block-scaled format's weight products quantized.
+
+    :func:`_build` builds a source at the format's storage precision (fp8); a trace file already in the
+    format comes back as it is stored.
+    """
+    asked = Precision(precision)
+    if asked.block_scaling is None or trace.precision is asked:
+        return trace
+    from archsim.workloads.quantize import quantized_trace
+
+    return quantized_trace(trace, asked)
 
 
 def _build(
@@ -261,14 +276,23 @@ def _build(
     """:func:`build_trace`, and whether the source's batch is fixed (a file, an inline product).
 
     With ``fixed_batch_checked`` False, a trace or Chakra file is returned whatever ``batch`` asks
-    (an inline product still refuses any batch but 1: its batch is in its shape).
+    (an inline product still refuses any batch but 1: its batch is in its shape). A block-scaled
+    precision builds the source at its storage precision (fp8) and :func:`_formatted` quantizes its
+    weight products; a trace file must hold the precision itself (it is already built).
     """
     for field, enum in (("--mode", Mode), ("--precision", Precision)):
         value = mode if enum is Mode else precision
         if value not in set(enum):
             choices = ", ".join(e.value for e in enum)
             raise UsageError(workload, field, f"must be one of {choices}, got {value!r}")
-    mode, precision = Mode(mode), Precision(precision)
+    mode, stored = Mode(mode), Precision(precision)
+    precision = stored.storage
+    if stored.is_generic or stored.block_scaling is not None:
+        from archsim.workloads.quantize import GENERIC_PROBLEM, check_mode
+
+        if stored.is_generic:
+            raise UsageError(workload, "--precision", GENERIC_PROBLEM)
+        check_mode(mode, stored, workload)
     if mode is Mode.GENERATE:  # a prefill and decode steps: two traces, built by archsim.run.generation
         raise UsageError(workload, "--mode", "generate is a prefill then decode steps, not one trace: use archsim run")
     options = options or TraceOptions()
@@ -324,7 +348,7 @@ def _build(
         _built_already(entry.source, options)
         trace = trace_from_data(entry.data, entry.source)
         checked = batch if fixed_batch_checked else None
-        return _file_trace(trace, entry.source, mode, checked, precision, seq_len), True
+        return _file_trace(trace, entry.source, mode, checked, stored, seq_len), True
     spec: ModelSpec = library.spec(entry)
     padding = unpadded(library, spec, mode, seq_len, options)
     return _model_trace(spec, workload, mode, batch, precision, seq_len, options, padding), False
@@ -396,6 +420,7 @@ def microbatch_trace(
     ``microbatches`` times its own, else the whole batch (one microbatch); anything else is refused.
     """
     probe, fixed = _build(workload, library, mode, batch, precision, seq_len, options, fixed_batch_checked=False)
+    probe = _formatted(probe, precision)
     if fixed:
         own = probe.batch
         count = microbatches if microbatches is not None else (max(1, batch // own) if batch is not None else 1)

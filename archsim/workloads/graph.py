@@ -120,7 +120,13 @@ class GraphBuilder:
     """Accumulates ops in topological order, deriving each op's deps from the tensors it reads."""
 
     def __init__(self, name: str, precision: Precision) -> None:
-        """Start an empty graph called ``name`` whose tensors are in ``precision``."""
+        """Start an empty graph called ``name`` whose tensors are in ``precision``.
+
+        A block-scaled format (or the ``fp4`` request) is no precision to build a graph at: a graph is
+        built at its storage precision, then quantized (:mod:`archsim.workloads.quantize`).
+        """
+        if precision.is_generic or precision.block_scaling is not None:
+            raise ValueError(f"build at {precision.storage.value} and quantize, not at {precision.value}")
         self.name = name
         self.precision = precision
         self.ops: list[Op] = []

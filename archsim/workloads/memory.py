@@ -36,6 +36,9 @@ from archsim.workloads.rewrites import apply_rewrites
 from archsim.workloads.trace import Mode, Op, Phase, Role, Trace
 from archsim.workloads.training import MASTER_BYTES, OPTIMIZER_COST, TrainingStep, training_ops
 
+WEIGHT_BYTES_META = "weight_bytes"
+"""``Trace.meta`` key of a trace whose weights are not all at its precision (a block-scaled run's,
+:mod:`archsim.workloads.quantize`): their bytes, buffers not included."""
 RECOMPUTE_META = {Recompute.FULL: "true", Recompute.SELECTIVE: "selective"}
 """A training trace's ``meta["recompute"]`` for what it recomputes (absent: nothing)."""
 
@@ -88,12 +91,18 @@ class MemoryPerChip:
         return MemoryPerChip.of(weights, gradients, optimizer, total - sum(parts), cache)
 
 
+def weight_bytes(trace: Trace) -> int:
+    """Bytes of the trace's parameters: ``meta["weight_bytes"]`` where it says, else all at its precision."""
+    found = trace.meta.get(WEIGHT_BYTES_META)
+    return int(found) if found is not None else trace.precision.nbytes(trace.parameters)
+
+
 def memory_per_chip(trace: Trace) -> MemoryPerChip:
     """The split of ``trace.memory_bytes`` (its ``total``) by what the step holds.
 
-    Weights are ``parameters`` in the run precision plus the state buffers forward ops read; gradients
-    as many bytes again in training; the optimizer state is :func:`update_only_bytes`; the KV cache is
-    the trace's ``kv_cache_bytes``; activations are what remains. A trace file whose parts exceed its
+    Weights are :func:`weight_bytes` plus the state buffers forward ops read; gradients as many bytes as
+    the parameters at the run precision in training; the optimizer state is :func:`update_only_bytes`; the
+    KV cache is the trace's ``kv_cache_bytes``; activations are what remains. A trace file whose parts exceed its
     ``memory_bytes`` has them cut, in that order, so that the parts always sum to it.
     """
     buffers: dict[str, int] = {}  # state forward ops read
@@ -115,7 +124,7 @@ def memory_per_chip(trace: Trace) -> MemoryPerChip:
     parts: list[int] = []
     train = trace.mode is Mode.TRAIN
     for wanted in (
-        trace.precision.nbytes(trace.parameters) + sum(buffers.values()),
+        weight_bytes(trace) + sum(buffers.values()),
         trace.precision.nbytes(trace.parameters) if train else 0,
         sum(size for name, size in updated.items() if name not in touched) if train else 0,  # update_only_bytes
         int(trace.meta.get("kv_cache_bytes", "0")),

@@ -237,6 +237,13 @@ def from_torch(
     except ImportError:
         raise UsageError("torch", "", "from_torch needs PyTorch: pip install 'archsim[torch]'") from None
     run_mode, run_precision = Mode(mode), Precision(precision)
+    if run_precision.is_generic or run_precision.block_scaling is not None:  # built at fp8, then quantized
+        from archsim.workloads.quantize import at_format
+
+        def build(stored: Precision) -> Trace:
+            return from_torch(module, example_inputs, run_mode, stored, optimizer, name, options)
+
+        return at_format(run_precision, run_mode, "torch", build)
     if run_mode.is_generation:  # a KV cache and one-token steps come from a decoder description
         raise UsageError("torch", "mode", "prefill and decode are for decoder language models (workloads/*.yaml)")
     module = module.train(run_mode is Mode.TRAIN) if run_mode is Mode.TRAIN else module.eval()

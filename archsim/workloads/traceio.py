@@ -40,7 +40,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StrictInt, StrictStr, model_validator
+from pydantic import Field, StrictInt, StrictStr, field_validator, model_validator
 
 from archsim.errors import SpecError, UsageError
 from archsim.limits import MAX_DIM, MAX_INT, check_trace_ops
@@ -125,6 +125,13 @@ class TraceFile(Spec):
     op_count: Count | None = None
     """How many ops follow (None only in files written before it was recorded)."""
     ops: Annotated[tuple[OpEntry, ...], Field(min_length=1)]  # a step of no op has no time to divide by
+
+    @field_validator("precision")
+    @classmethod
+    def _a_format(cls, value: Precision) -> Precision:
+        if value.is_generic:
+            raise ValueError("fp4 is a request a chip resolves; a trace holds a format, nvfp4 or mxfp4")
+        return value
 
 
 def _check_whole(spec: TraceFile, source: str) -> None:

@@ -65,7 +65,7 @@ def test_canonical_text_gives_mode_then_the_options_set() -> None:
         ("v100:resnet50:batch=" + "9" * 5000, "batch: expected a positive integer"),
         ("v100:resnet50:batch=99999999999", "batch: expected a positive integer"),
         ("v100:resnet50:mode=fly", "mode: 'fly' is not one of"),
-        ("v100:resnet50:precision=fp4", "precision: 'fp4' is not one of"),
+        ("v100:resnet50:precision=fp6", "precision: 'fp6' is not one of"),
         ("v100:resnet50:batch=2,batch=3", "batch: given twice"),
         ("v100::batch=2", "the workload is missing"),
         ("v100:resnet50:fusion=all", "fusion: 'all' is not one of none, norm-act"),

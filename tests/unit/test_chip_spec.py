@@ -58,7 +58,7 @@ def test_v100_loads(library: Library) -> None:
             "",
             "tdp: 'not published' needs a source",
         ),
-        (lambda d: d.update(default_precision="fp4"), "default_precision", "should be"),
+        (lambda d: d.update(default_precision="fp6"), "default_precision", "should be"),
         (lambda d: d.update(default_precision="fp8"), "", "default_precision fp8 has no peak entry"),
         (lambda d: d["peak"].update(fp8="250 TFLOPS"), "", "peak.fp8: no unit of this chip runs fp8"),
         (lambda d: d["tensorcore"].pop("mma_shape"), "tensorcore", "describe the tensor cores together"),

@@ -242,8 +242,11 @@ def test_every_gpu_on_a_dense_gemm_stays_within_its_tdp(library: Library) -> Non
     assert len(gpus) >= 10
     for name in gpus:
         tdp = library.chip(name).tdp_w
-        assert tdp is not None, name
         run = simulate(name, "gemm:8192x8192x8192", library=library)
+        if tdp is None:  # a TDP its maker does not publish (h800): no limit to throttle to
+            assert library.chip(name).tdp == "not published", name
+            assert run.clock_scale == 1.0 and run.power_w <= run.peak_power_w, name
+            continue
         assert run.static_power_w < run.power_w <= tdp * (1 + 1e-9), name
         assert run.power_w <= run.peak_power_w, name
         assert run.energy_j == pytest.approx(run.power_w * run.step_time_s), name

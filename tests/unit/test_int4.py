@@ -34,7 +34,8 @@ LIBRARY = Library(use_env=False)
 
 
 def test_element_sizes_are_exact_for_half_bytes() -> None:
-    assert [p.bits for p in Precision] == [32, 32, 16, 16, 8, 8, 4]
+    # the 4-bit floats after int4: fp4 (the request a chip resolves) and its two block-scaled formats
+    assert [p.bits for p in Precision] == [32, 32, 16, 16, 8, 8, 4, 4, 4, 4]
     assert Precision.INT4.nbytes(7) == 4  # ceil(7 / 2)
     assert Precision.INT4.nbytes(8) == 4
     assert Precision.INT4.elements_in(4) == 8

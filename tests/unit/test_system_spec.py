@@ -38,6 +38,14 @@ SYSTEMS = [
     "gaudi2-8",
     "gaudi3-8",
     "atlas-800t-a2",
+    "tpu-v6e-256",
+    "mi325x-8",
+    "mi355x-8",
+    "hgx-h800",
+    "hgx-a800",
+    "r750xa-a100",
+    "gaudi-8",
+    "trn2-48xlarge",
 ]
 CHIPS = {
     "dgx1": 8,
@@ -65,6 +73,14 @@ CHIPS = {
     "gaudi2-8": 8,
     "gaudi3-8": 8,
     "atlas-800t-a2": 8,
+    "tpu-v6e-256": 256,
+    "mi325x-8": 8,
+    "mi355x-8": 8,
+    "hgx-h800": 8,
+    "hgx-a800": 8,
+    "r750xa-a100": 4,
+    "gaudi-8": 8,
+    "trn2-48xlarge": 16,
 }
 
 

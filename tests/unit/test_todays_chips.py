@@ -253,9 +253,9 @@ def test_every_family_rate_table_takes_fp8(
 
 
 def test_unknown_precision_is_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["run", "h100", "resnet50", "--precision", "fp4"])
+    code = main(["run", "h100", "resnet50", "--precision", "fp6"])
     err = capsys.readouterr().err
     assert code == 2
     assert err.count("\n") == 1
-    assert "invalid choice: 'fp4'" in err
+    assert "invalid choice: 'fp6'" in err
     assert "'fp8'" in err

@@ -86,6 +86,7 @@ from archsim.workloads.onnx_import.importer import Importer
 from archsim.workloads.onnx_import.load import bind, check_structure, fold_constants, infer, load_onnx, strip_weights
 from archsim.workloads.onnx_import.ops import SUPPORTED
 from archsim.workloads.options import TraceOptions
+from archsim.workloads.quantize import at_format
 from archsim.workloads.trace import Mode, Trace
 
 __all__ = ["DEFAULT_OPTIMIZER", "import_onnx", "load_onnx", "onnx_graph", "onnx_trace"]
@@ -156,9 +157,13 @@ def import_onnx(
     """
     run_mode, run_precision = Mode(mode), Precision(precision)
     source = str(path)
-    graph, bound_batch, bound_seq = onnx_graph(load_onnx(path), source, run_mode, batch, run_precision, seq_len, name)
     run_optimizer = Optimizer(optimizer) if optimizer is not None else None
-    return finish_trace(graph, run_mode, bound_batch, bound_seq, run_optimizer, options)
+
+    def build(stored: Precision) -> Trace:
+        graph, bound_batch, bound_seq = onnx_graph(load_onnx(path), source, run_mode, batch, stored, seq_len, name)
+        return finish_trace(graph, run_mode, bound_batch, bound_seq, run_optimizer, options)
+
+    return at_format(run_precision, run_mode, source, build)
 
 
 def onnx_trace(
